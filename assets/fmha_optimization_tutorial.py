@@ -1,0 +1,163 @@
+"""The optimization tutorial: PyTorch SDPA (step 0), then steps 1-6, one idea at a time.
+
+    python assets/fmha_optimization_tutorial.py --correctness-check
+
+Prints, per step: latency, TFLOPS, speedup against step 1, the previous step and each
+SDPA backend measured in the same run, the first launch's time (the compile, unless
+cuTile's disk cache already holds the kernel) and, with --correctness-check, the
+largest error against a float64 reference next to SDPA's own.
+"""
+
+import argparse
+import sys
+import time
+
+from cutile_fmha.assets import measure
+from cutile_fmha.assets.measure import Column
+
+COLUMNS = [
+    Column("step", "Step"),
+    Column("optimization", "Optimization"),
+    Column("latency_ms", "Latency (ms)", ".3f"),
+    Column("tflops", "TFLOPS", ".1f"),
+    Column("vs_step1", "vs step 1", ".2f"),
+    Column("vs_previous", "vs previous", ".2f"),
+]
+STEP_SDPA = 0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from cutile_fmha.platforms import HEAD_DIMS, PLATFORMS
+    from cutile_fmha.steps import STEPS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seq-len", type=int, default=2048, help="query and key length")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
+    parser.add_argument("--dtype", default="float16", choices=sorted(measure.DTYPES))
+    parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--iterations", type=int, default=100, help="timed runs per step")
+    parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
+                        choices=sorted(STEPS), help="which steps to run (default: all)")
+    parser.add_argument("--platform", choices=sorted(PLATFORMS) + ["default"],
+                        help="use another architecture's table entry (default: this GPU's)")
+    parser.add_argument("--sdpa-backends", nargs="+", default=["flash", "cudnn"],
+                        choices=[b for b in measure.SDPA_BACKENDS if b != "math"],
+                        help="SDPA backends to time as step 0")
+    parser.add_argument("--correctness-check", action="store_true",
+                        help="compare every output with a float64 reference")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--markdown", metavar="PATH", help="write the results as Markdown")
+    args = parser.parse_args(argv)
+    for name in ("seq_len", "batch", "heads", "iterations"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def columns_for(backends: list[str], correctness: bool) -> list[Column]:
+    ratios = [Column(f"vs_sdpa_{b}", f"vs SDPA {b}", ".2f") for b in backends]
+    checks = [Column("max_error", "max error", ".1e"), Column("correct", "correct")] \
+        if correctness else []
+    return COLUMNS + ratios + [Column("first_launch_s", "first launch (s)", ".2f")] + checks
+
+
+def _measure(fn, shape, iterations) -> dict:
+    """First-launch wall time (compile included), then the median latency."""
+    import torch
+
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    first_launch_s = time.perf_counter() - start
+    latency_ms = measure.time_ms(fn, iterations)
+    return {"latency_ms": latency_ms, "tflops": measure.tflops(shape.flops, latency_ms),
+            "first_launch_s": first_launch_s}
+
+
+def run(args) -> tuple[dict, list[dict]]:
+    """Times SDPA's backends and the chosen steps; returns (context, rows)."""
+    import torch
+
+    from cutile_fmha.steps import STEPS, plan_launch
+
+    shape = measure.Shape(args.batch, args.heads, args.seq_len, args.seq_len, args.head_dim,
+                          args.causal, args.dtype)
+    q, k, v = measure.make_inputs(shape)
+    entry = plan_launch(q, k, v, causal=shape.causal, platform=args.platform).entry
+    context = measure.run_context(entry) | {
+        "shape": f"B={shape.batch} H={shape.heads} N={shape.q_len} D={shape.head_dim} "
+                 f"{shape.dtype} {'causal' if shape.causal else 'non-causal'}"}
+
+    def check(out, row, sdpa_error):
+        if args.correctness_check:
+            row["max_error"] = measure.reference_error(out, q, k, v, causal=shape.causal)
+            row["correct"] = "yes" if measure.within_tolerance(
+                row["max_error"], sdpa_error, q.dtype) else "NO"
+
+    rows, sdpa_error = [], None
+    for backend in args.sdpa_backends:
+        if not measure.sdpa_supports(q, k, v, causal=shape.causal, backend=backend):
+            print(f"SDPA {backend}: not available for these inputs on this GPU")
+            continue
+        run_sdpa = lambda b=backend: measure.sdpa(q, k, v, causal=shape.causal, backend=b)
+        row = {"step": STEP_SDPA, "optimization": f"PyTorch SDPA ({backend})"}
+        row |= _measure(run_sdpa, shape, args.iterations)
+        if args.correctness_check:
+            error = measure.reference_error(run_sdpa(), q, k, v, causal=shape.causal)
+            sdpa_error = error if sdpa_error is None else min(sdpa_error, error)
+            row["max_error"], row["correct"] = error, "reference"
+        rows.append(row)
+    if args.correctness_check and sdpa_error is None:  # no backend ran: use PyTorch's pick
+        sdpa_error = measure.reference_error(measure.sdpa(q, k, v, causal=shape.causal),
+                                             q, k, v, causal=shape.causal)
+
+    for step in args.steps:
+        out = torch.full_like(q, float("nan"))
+        plan = plan_launch(q, k, v, causal=shape.causal, step=step, platform=args.platform,
+                           out=out)
+        row = {"step": step, "optimization": STEPS[step].name}
+        row |= _measure(plan.launch, shape, args.iterations)
+        check(out, row, sdpa_error)
+        rows.append(row)
+    add_speedups(rows)
+    return context, rows
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """Speedups of each step over step 1, the step before it and each SDPA backend."""
+    sdpa = {r["optimization"]: r["latency_ms"] for r in rows if r["step"] == STEP_SDPA}
+    steps = [r for r in rows if r["step"] != STEP_SDPA]
+    first = next((r for r in steps if r["step"] == 1), None)
+    for previous, row in zip([None] + steps, steps):
+        row["vs_step1"] = first["latency_ms"] / row["latency_ms"] if first else None
+        row["vs_previous"] = previous["latency_ms"] / row["latency_ms"] if previous else None
+        for name, latency in sdpa.items():
+            backend = name.removeprefix("PyTorch SDPA (").removesuffix(")")
+            row[f"vs_sdpa_{backend}"] = latency / row["latency_ms"]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if (problem := measure.environment_problem()):
+        print(f"The tutorial needs a CUDA GPU that cuTile supports.\n{problem}", file=sys.stderr)
+        return 1
+    context, rows = run(args)
+    columns = columns_for(args.sdpa_backends, args.correctness_check)
+    print(measure.format_context(context))
+    print()
+    print(measure.format_table(rows, columns))
+    if args.json:
+        measure.write_json(args.json, context, rows)
+    if args.markdown:
+        measure.write_markdown(args.markdown, "cuTile FMHA optimization tutorial", context,
+                               rows, columns)
+    failed = [r["step"] for r in rows if r.get("correct") == "NO"]
+    if failed:
+        print(f"\nIncorrect results from step(s) {failed}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

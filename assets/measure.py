@@ -1,0 +1,233 @@
+"""Timing, FLOP counting, inputs and the SDPA baselines: the one place both companion
+scripts (and the GPU tests) take them from.
+
+Timing follows the playbook's method: fresh random inputs, warm-up first, then the
+median of many runs, each replayed from a CUDA graph (triton's do_bench_cudagraph) so
+launch overhead stays out of the number; CUDA events when triton is missing.
+"""
+
+import csv
+import datetime
+import json
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# The SDPA backends we compare against, by the names the tables use.
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    heads: int
+    q_len: int
+    k_len: int
+    head_dim: int
+    causal: bool
+    dtype: str = "float16"
+
+    @property
+    def flops(self) -> float:
+        return attention_flops(self.batch, self.heads, self.q_len, self.k_len,
+                               self.head_dim, self.causal)
+
+
+def attention_flops(batch, heads, q_len, k_len, head_dim, causal) -> float:
+    """Two matrix products of 2*q_len*k_len*head_dim each per head; causal does half."""
+    flops = 4.0 * batch * heads * q_len * k_len * head_dim
+    return flops / 2 if causal else flops
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
+def make_inputs(shape: Shape, seed: int = 0, device="cuda"):
+    """Fresh standard-normal q, k, v (never zeros: they hide unwritten outputs)."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    dtype = DTYPES[shape.dtype]
+
+    def randn(length):
+        return torch.randn(shape.batch, shape.heads, length, shape.head_dim,
+                           generator=generator, device=device, dtype=dtype)
+
+    return randn(shape.q_len), randn(shape.k_len), randn(shape.k_len)
+
+
+def reference(q, k, v, *, causal: bool, scale: float | None = None) -> torch.Tensor:
+    """Attention in float64 (causal top-left aligned, as SDPA's is_causal)."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if causal:
+        visible = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~visible, -math.inf)
+    return torch.softmax(scores, dim=-1) @ v.double()
+
+
+def reference_error(out, q, k, v, *, causal: bool, max_scores: int = 1 << 28) -> float:
+    """Largest |out - float64 reference|, a few heads at a time so the float64 score
+    matrices stay under `max_scores` elements. NaN anywhere in `out` gives NaN."""
+    heads_per_chunk = max(1, max_scores // (q.shape[2] * k.shape[2]))
+    flat = [t.flatten(0, 1).unsqueeze(0) for t in (out, q, k, v)]
+    worst = 0.0
+    for start in range(0, flat[0].shape[1], heads_per_chunk):
+        o, q_, k_, v_ = (t[:, start:start + heads_per_chunk] for t in flat)
+        error = (o.double() - reference(q_, k_, v_, causal=causal)).abs().max().item()
+        worst = max(worst, error) if not math.isnan(error) else math.nan
+        if math.isnan(worst):
+            break
+    return worst
+
+
+TOLERANCE_EPSILON = {torch.float16: 1e-3, torch.bfloat16: 4e-3}  # about half an ulp at 1.0
+
+
+def within_tolerance(error: float, sdpa_error: float, dtype: torch.dtype) -> bool:
+    """The playbook's bar: at most twice SDPA's own error, plus a small epsilon."""
+    return error <= 2 * sdpa_error + TOLERANCE_EPSILON[dtype]
+
+
+def sdpa(q, k, v, *, causal: bool, backend: str | None = None):
+    """PyTorch SDPA with one backend forced (None: PyTorch's own choice)."""
+    if backend is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    with sdpa_kernel(SDPA_BACKENDS[backend]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def sdpa_supports(q, k, v, *, causal: bool, backend: str) -> bool:
+    """Whether `backend` runs these inputs on this GPU (it raises when it can't)."""
+    try:
+        sdpa(q, k, v, causal=causal, backend=backend)
+        torch.cuda.synchronize()
+        return True
+    except RuntimeError:
+        return False
+
+
+def _time_with_events(fn, iterations: int) -> float:
+    for _ in range(max(3, iterations // 10)):  # warm-up
+        fn()
+    times = []
+    for _ in range(iterations):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def time_ms(fn, iterations: int = 100) -> float:
+    """Median milliseconds of one `fn()` call, after warm-up."""
+    fn()  # first call compiles or picks kernels; keep it out of the graph and the timing
+    torch.cuda.synchronize()
+    try:
+        from triton.testing import do_bench_cudagraph
+    except ImportError:
+        return _time_with_events(fn, iterations)
+    # do_bench_cudagraph's `rep` is a time budget in ms: give it about `iterations` runs.
+    estimate = _time_with_events(fn, 3)
+    return do_bench_cudagraph(fn, rep=max(20, estimate * iterations), return_mode="median")
+
+
+def extra_peak_memory(fn) -> int:
+    """Peak bytes one `fn()` call allocates beyond what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - baseline
+
+
+# --- where we ran -----------------------------------------------------------------------
+
+def environment_problem() -> str | None:
+    """The environment check's message when the kernels can't run here, else None."""
+    from ..platforms.environment import check
+
+    report = check()
+    return report.message() if report.problems else None
+
+
+def run_context(platform_entry=None) -> dict:
+    """GPU, architecture, platform entry used (if any) and versions, for result headers."""
+    import cuda.tile as ct
+
+    from ..platforms import arch_of_capability
+    from ..platforms.environment import find_compiler
+
+    compiler = find_compiler()
+    entry = {"platform_entry": platform_entry.describe()} if platform_entry else {}
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "arch": arch_of_capability(*torch.cuda.get_device_capability()),
+        **entry,
+        "cuda_tile": ct.__version__,
+        "tileiras": ".".join(map(str, compiler.version)) if compiler.version else "unknown",
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+# --- result formats ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # the field in each row dict (and the JSON / CSV name)
+    header: str  # what tables show
+    fmt: str = ""  # format spec for numbers, e.g. ".3f"
+
+
+def _cell(value, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and fmt:
+        return format(value, fmt)
+    return str(value)
+
+
+def format_table(rows: list[dict], columns: list[Column], tablefmt: str = "simple") -> str:
+    """Rows as a text table ("simple") or a Markdown table ("github")."""
+    from tabulate import tabulate
+
+    body = [[_cell(row.get(c.key), c.fmt) for c in columns] for row in rows]
+    return tabulate(body, headers=[c.header for c in columns], tablefmt=tablefmt,
+                    disable_numparse=True)
+
+
+def format_context(context: dict) -> str:
+    return "\n".join(f"{key}: {value}" for key, value in context.items())
+
+
+def write_json(path, context: dict, rows: list[dict]) -> None:
+    with open(path, "w") as f:
+        json.dump({"context": context, "results": rows}, f, indent=2)
+        f.write("\n")
+
+
+def write_csv(path, rows: list[dict], columns: list[Column]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[c.key for c in columns], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_markdown(path, title: str, context: dict, rows: list[dict],
+                   columns: list[Column]) -> None:
+    context_lines = "\n".join(f"- {key}: {value}" for key, value in context.items())
+    with open(path, "w") as f:
+        f.write(f"# {title}\n\n{context_lines}\n\n{format_table(rows, columns, 'github')}\n")

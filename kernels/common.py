@@ -1,0 +1,11 @@
+"""Names shared by every step's kernel."""
+
+import math
+
+import cuda.tile as ct
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+
+# exp(x) == exp2(x * log2(e)): the factor that moves the softmax scale into base 2.
+INV_LOG_2 = 1.0 / math.log(2)

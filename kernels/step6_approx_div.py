@@ -1,0 +1,67 @@
+"""Step 6: approximate division for the final normalization.
+
+``acc / l_i`` is an IEEE division per output element; ``RoundingMode.APPROX`` uses the
+hardware reciprocal (MUFU.RCP) and one multiply instead. It runs once per output, after
+the loop, where an error of a few ulp in float32 vanishes in the fp16/bf16 store.
+"""
+
+import math
+
+import cuda.tile as ct
+
+from ..platforms import occupancy_by_target
+from .common import INV_LOG_2, ConstBool, ConstInt
+
+
+@ct.kernel(occupancy=occupancy_by_target())
+def fmha(Q, K, V, Out, qk_scale: float,
+         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool):
+    q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    k_len = K.shape[2]
+    qk_scale_log2 = qk_scale * INV_LOG_2
+
+    offs_m = (q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32))[:, None]
+    offs_n_in_tile = ct.arange(TILE_N, dtype=ct.int32)[None, :]
+
+    m_i = ct.full((TILE_M, 1), -math.inf, dtype=ct.float32)
+    l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
+    acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
+
+    q = ct.load(Q, index=(batch, head, q_tile, 0),
+                shape=(1, 1, TILE_M, TILE_D)).reshape((TILE_M, TILE_D))
+
+    # Key tiles from `mask_start` on need a mask: they reach past the causal diagonal
+    # (query i sees keys j <= i, as SDPA's is_causal) or past the last key.
+    if CAUSAL:
+        num_k_tiles = ct.cdiv(min((q_tile + 1) * TILE_M, k_len), TILE_N)
+        mask_start = min((q_tile * TILE_M) // TILE_N, k_len // TILE_N)
+    else:
+        num_k_tiles = ct.cdiv(k_len, TILE_N)
+        mask_start = k_len // TILE_N
+
+    for j in range(0, num_k_tiles):
+        k_t = ct.load(K, index=(batch, head, 0, j), shape=(1, 1, TILE_D, TILE_N),
+                      order=(0, 1, 3, 2), latency=2).reshape((TILE_D, TILE_N))
+        qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+        if j >= mask_start:
+            offs_n = j * TILE_N + offs_n_in_tile
+            visible = offs_n < k_len
+            if CAUSAL:
+                visible = visible & (offs_m >= offs_n)
+            qk = ct.where(visible, qk, -math.inf)
+
+        m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale_log2)
+        p = ct.exp2(qk * qk_scale_log2 - m_ij, flush_to_zero=True)
+        alpha = ct.exp2(m_i - m_ij, flush_to_zero=True)  # rescales the old sums
+        l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
+        acc = acc * alpha
+
+        # Zero padding: rows past the last key must add 0 * 0, not 0 * garbage.
+        v = ct.load(V, index=(batch, head, j, 0), shape=(1, 1, TILE_N, TILE_D),
+                    padding_mode=ct.PaddingMode.ZERO, latency=4).reshape((TILE_N, TILE_D))
+        acc = ct.mma(p.astype(Q.dtype), v, acc)
+        m_i = m_ij
+
+    out = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
+    ct.store(Out, index=(batch, head, q_tile, 0),
+             tile=out.reshape((1, 1, TILE_M, TILE_D)).astype(Out.dtype))

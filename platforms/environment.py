@@ -1,0 +1,200 @@
+"""Can this machine run the kernels? One message per problem, each with its fix.
+
+Run it on its own:  python -m cutile_fmha.platforms.environment   (or: cutile-fmha-check)
+
+The launcher runs the same checks before the first launch on a device, so a missing
+GPU, an old driver or a mismatched compiler stops with this message instead of a
+traceback from deep inside the compiler.
+"""
+
+import ctypes
+import functools
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+CHECK_COMMAND = "python -m cutile_fmha.platforms.environment"
+MIN_DRIVER_CUDA = (13, 0)  # the CUDA version an r580 driver reports
+# The packages cuda.tile takes its compiler from; with all three installed it uses the
+# pip tileiras and keeps CUDA_HOME away from it.
+PIP_COMPILER_PACKAGES = ("nvidia-cuda-tileiras", "nvidia-cuda-nvcc", "nvidia-nvvm")
+INSTALL_COMPILER = "pip install 'cuda-tile[tileiras]'"
+
+
+class EnvironmentProblem(RuntimeError):
+    """The machine cannot run the kernels; the message says why and what to do."""
+
+
+@dataclass
+class Compiler:
+    path: str | None  # the tileiras cuda.tile will run, None when there is none
+    from_pip: bool
+    version: tuple[int, int] | None
+    gpu_names: tuple[str, ...]  # the architectures it compiles for ("sm_90", ...)
+
+
+@dataclass
+class Report:
+    problems: list[str] = field(default_factory=list)
+    facts: dict[str, str] = field(default_factory=dict)
+
+    def message(self) -> str:
+        lines = [f"cuTile FMHA cannot run here ({len(self.problems)} problem"
+                 f"{'s' if len(self.problems) != 1 else ''}):"]
+        lines += [f"  - {p}" for p in self.problems]
+        lines.append(f"Re-check with: {CHECK_COMMAND}")
+        return "\n".join(lines)
+
+
+def _release(text: str) -> tuple[int, int] | None:
+    match = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _run(*command: str) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout + done.stderr
+
+
+def _dotted(version: tuple[int, int] | None) -> str:
+    return "unknown" if version is None else f"{version[0]}.{version[1]}"
+
+
+def _pip_tileiras() -> str | None:
+    try:
+        for package in PIP_COMPILER_PACKAGES:
+            importlib.metadata.version(package)
+        import nvidia.cu13
+    except (importlib.metadata.PackageNotFoundError, ImportError):
+        return None
+    return shutil.which("tileiras", path=os.path.join(nvidia.cu13.__path__[0], "bin"))
+
+
+@functools.cache
+def find_compiler() -> Compiler:
+    """The tileiras cuda.tile would use: the pip package's first, then PATH's."""
+    path = _pip_tileiras()
+    from_pip = path is not None
+    path = path or shutil.which("tileiras")
+    if path is None:
+        return Compiler(None, False, None, ())
+    gpu_names = tuple(re.findall(r"=\s*(sm_\d+)\b", _run(path, "--help")))
+    return Compiler(path, from_pip, _release(_run(path, "--version")), gpu_names)
+
+
+def cuda_home_version(cuda_home: str) -> tuple[int, int] | None:
+    """The CUDA release installed at `cuda_home`, read from its nvcc."""
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    return _release(_run(nvcc, "--version")) if os.path.exists(nvcc) else None
+
+
+def driver_cuda_version() -> tuple[int, int] | None:
+    """The CUDA version the installed driver supports, None without a driver."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    version = ctypes.c_int()
+    if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return None
+    return version.value // 1000, (version.value % 1000) // 10
+
+
+def _check_compiler(report: Report, compiler: Compiler) -> None:
+    if compiler.path is None:
+        report.problems.append(
+            f"No tileiras compiler found (neither the pip package nor on PATH). "
+            f"Install it with: {INSTALL_COMPILER}")
+        return
+    origin = "pip package" if compiler.from_pip else "PATH"
+    report.facts["tileiras"] = f"{_dotted(compiler.version)} ({origin}: {compiler.path})"
+    cuda_home = os.environ.get("CUDA_HOME")
+    if compiler.from_pip or not cuda_home:
+        return
+    # cuda.tile hands CUDA_HOME to a tileiras found on PATH; one from an older CUDA
+    # makes it fail with "Return code 5 / failed to compile Tile IR program".
+    home_version = cuda_home_version(cuda_home)
+    report.facts["CUDA_HOME"] = f"{cuda_home} (CUDA {_dotted(home_version)})"
+    if home_version is None or compiler.version is None or home_version < compiler.version:
+        report.problems.append(
+            f"tileiras {_dotted(compiler.version)} comes from PATH ({compiler.path}) while "
+            f"CUDA_HOME={cuda_home} holds CUDA {_dotted(home_version)}; tileiras then fails "
+            f"with 'Return code 5 / failed to compile Tile IR program'. Fix: "
+            f"`unset CUDA_HOME`, point it at the CUDA that tileiras comes from, or "
+            f"{INSTALL_COMPILER} (cuda.tile prefers that one and ignores CUDA_HOME).")
+
+
+def _check_gpu(report: Report, device_index: int | None, compiler: Compiler) -> None:
+    import torch
+
+    driver = driver_cuda_version()
+    if driver is not None:
+        report.facts["driver"] = f"supports CUDA {_dotted(driver)}"
+        if driver < MIN_DRIVER_CUDA:
+            report.problems.append(
+                f"The NVIDIA driver supports CUDA {_dotted(driver)}; cuTile needs driver "
+                f"r580 or newer (CUDA {_dotted(MIN_DRIVER_CUDA)}). Update the driver.")
+            return
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+        report.problems.append(
+            f"No CUDA GPU is visible to PyTorch {torch.__version__} ({build} build"
+            f"{'' if driver else ', no NVIDIA driver found'}). Run on a machine with an "
+            f"NVIDIA GPU, a CUDA build of PyTorch and CUDA_VISIBLE_DEVICES not hiding it.")
+        return
+    index = torch.cuda.current_device() if device_index is None else device_index
+    from . import arch_of_capability, entry_for
+
+    arch = arch_of_capability(*torch.cuda.get_device_capability(index))
+    report.facts["gpu"] = f"{torch.cuda.get_device_name(index)} ({arch})"
+    report.facts["platform entry"] = entry_for(arch).describe()
+    if compiler.gpu_names and arch not in compiler.gpu_names:
+        report.problems.append(
+            f"This GPU is {arch}, which tileiras {_dotted(compiler.version)} cannot compile "
+            f"for (it supports {', '.join(compiler.gpu_names)}). Use a GPU of "
+            f"compute capability 8.0 or newer, or a newer tileiras: {INSTALL_COMPILER} -U")
+
+
+def check(device_index: int | None = None) -> Report:
+    """Every problem found on this machine (for `device_index`, or the current GPU)."""
+    report = Report()
+    try:
+        import cuda.tile as ct
+        report.facts["cuda-tile"] = ct.__version__
+    except ImportError as error:
+        report.problems.append(f"cuda.tile does not import ({error}). "
+                               f"Install it with: {INSTALL_COMPILER}")
+    compiler = find_compiler()
+    _check_compiler(report, compiler)
+    _check_gpu(report, device_index, compiler)
+    return report
+
+
+@functools.cache
+def require_environment(device_index: int) -> None:
+    """Raises EnvironmentProblem, with every problem and its fix, if the kernels can't run."""
+    report = check(device_index)
+    if report.problems:
+        raise EnvironmentProblem(report.message())
+
+
+def main() -> int:
+    report = check()
+    for name, value in report.facts.items():
+        print(f"{name}: {value}")
+    if report.problems:
+        print(report.message(), file=sys.stderr)
+        return 1
+    print("OK: cuTile FMHA can compile and run here.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Compile steps ahead of time, for any architecture, without a GPU.
+
+    python -m cutile_fmha.steps.compile --arch sm_90 --arch sm_103
+    python -m cutile_fmha.steps.compile --arch sm_90 --resources   # registers, spills
+
+Each step is compiled to a cubin with the tile sizes and occupancy of the target
+architecture's platform entry, exactly as the launcher would launch it there.
+"""
+
+import argparse
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import cuda.tile as ct
+from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
+                                   ScalarConstraint, export_kernel)
+
+from ..platforms import HEAD_DIMS, PLATFORMS, entry_for
+from .definitions import STEPS
+from .launcher import kernel_constants
+
+CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
+
+
+def _tensor(dtype) -> ArrayConstraint:
+    """A contiguous 4-d tensor, 16-byte aligned, as PyTorch allocates them."""
+    elements_per_16_bytes = 8  # two-byte dtypes only
+    return ArrayConstraint(dtype, 4, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                           alias_groups=(), may_alias_internally=False,
+                           stride_constant=(None, None, None, 1),
+                           stride_divisible_by=(elements_per_16_bytes,) * 3 + (1,),
+                           base_addr_divisible_by=16)
+
+
+def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: bool) -> bytes:
+    """The cubin of `step` for `arch`, at that architecture's table entry."""
+    tiles = entry_for(arch).tile_for(head_dim)
+    tensor = _tensor(CT_DTYPES[dtype])
+    signature = KernelSignature(
+        [tensor] * 4 + [ScalarConstraint(ct.float32)]
+        + list(kernel_constants(head_dim, tiles, causal)),
+        CallingConvention.cutile_python_v1())
+    buffer = io.BytesIO()
+    export_kernel(STEPS[step].kernel, [signature], buffer, gpu_code=arch, output_format="cubin")
+    return buffer.getvalue()
+
+
+def _pip_tool(name: str) -> str | None:
+    """A CUDA tool from its pip package (nvidia/cu13/bin), which is not on PATH."""
+    try:
+        import nvidia.cu13
+    except ImportError:
+        return None
+    return shutil.which(name, path=os.path.join(nvidia.cu13.__path__[0], "bin"))
+
+
+def resource_usage(cubin: bytes) -> str:
+    """cuobjdump's register / stack / shared-memory line for the kernel in `cubin`."""
+    cuobjdump = shutil.which("cuobjdump") or _pip_tool("cuobjdump")
+    if cuobjdump is None:
+        return "(cuobjdump not found: pip install nvidia-cuda-cuobjdump)"
+    path = f"/tmp/cutile_fmha_{os.getpid()}.cubin"
+    with open(path, "wb") as f:
+        f.write(cubin)
+    try:
+        text = subprocess.run([cuobjdump, "--dump-resource-usage", path],
+                              capture_output=True, text=True).stdout
+    finally:
+        os.remove(path)
+    return next((line.strip() for line in text.splitlines() if "REG:" in line), text.strip())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", action="append",
+                        help="architecture to compile for, e.g. sm_90 (repeatable; default: "
+                             "every table entry; one without an entry gets the default entry)")
+    parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
+                        choices=sorted(STEPS))
+    parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS),
+                        choices=HEAD_DIMS)
+    parser.add_argument("--dtype", choices=sorted(CT_DTYPES), default="float16")
+    parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--resources", action="store_true",
+                        help="show registers, stack (spills) and shared memory per kernel")
+    args = parser.parse_args(argv)
+    failures = 0
+    for arch in args.arch or sorted(PLATFORMS):
+        for head_dim in args.head_dim:
+            for step in args.steps:
+                start = time.perf_counter()
+                try:
+                    cubin = compile_step(step, arch, dtype=args.dtype,
+                                         head_dim=head_dim, causal=args.causal)
+                except Exception as error:  # report every failure, keep going
+                    failures += 1
+                    print(f"{arch} D={head_dim} step {step}: FAILED {type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else ''}")
+                    continue
+                detail = resource_usage(cubin) if args.resources else f"{len(cubin)} bytes"
+                print(f"{arch} D={head_dim} step {step}: ok in "
+                      f"{time.perf_counter() - start:.1f}s, {detail}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The kernels' algorithm in NumPy float64, block for block.
+
+Same grid, same loop bounds (num_k_tiles, mask_start), same masking and the same
+online-softmax updates as the cuTile kernels, in the exp form of step 1 and the exp2
+form of steps 2-6, so its agreement with plain softmax attention checks the blocking
+itself, on any machine.
+"""
+
+import math
+
+import numpy as np
+
+LOG2_E = 1.0 / math.log(2)
+
+
+def _load_rows(x: np.ndarray, start: int, rows: int) -> np.ndarray:
+    """x[start:start+rows], padded with NaN like an out-of-bounds load (undetermined)."""
+    tile = np.full((rows,) + x.shape[1:], np.nan)
+    part = x[start:start + rows]
+    tile[:len(part)] = part
+    return tile
+
+
+def tiled_attention(q, k, v, *, scale, causal, tile_m, tile_n, use_exp2):
+    """One (batch, head): q (q_len, D), k and v (k_len, D) -> (q_len, D)."""
+    q_len, k_len = len(q), len(k)
+    out = np.full_like(q, np.nan)
+    for q_tile in range(math.ceil(q_len / tile_m)):  # one CTA each
+        offs_m = q_tile * tile_m + np.arange(tile_m)[:, None]
+        if causal:
+            num_k_tiles = math.ceil(min((q_tile + 1) * tile_m, k_len) / tile_n)
+            mask_start = min(q_tile * tile_m // tile_n, k_len // tile_n)
+        else:
+            num_k_tiles = math.ceil(k_len / tile_n)
+            mask_start = k_len // tile_n
+        m_i = np.full((tile_m, 1), -np.inf)
+        l_i = np.zeros((tile_m, 1))
+        acc = np.zeros((tile_m, q.shape[1]))
+        q_blk = _load_rows(q, q_tile * tile_m, tile_m)
+        for j in range(num_k_tiles):
+            qk = q_blk @ _load_rows(k, j * tile_n, tile_n).T
+            if not use_exp2:
+                qk = qk * scale
+            if j >= mask_start:
+                offs_n = j * tile_n + np.arange(tile_n)[None, :]
+                visible = offs_n < k_len
+                if causal:
+                    visible = visible & (offs_m >= offs_n)
+                qk = np.where(visible, qk, -np.inf)
+            if use_exp2:
+                m_ij = np.maximum(m_i, qk.max(axis=-1, keepdims=True) * scale * LOG2_E)
+                p = np.exp2(qk * scale * LOG2_E - m_ij)
+                alpha = np.exp2(m_i - m_ij)
+            else:
+                m_ij = np.maximum(m_i, qk.max(axis=-1, keepdims=True))
+                p = np.exp(qk - m_ij)
+                alpha = np.exp(m_i - m_ij)
+            l_i = l_i * alpha + p.sum(axis=-1, keepdims=True)
+            v_blk = np.nan_to_num(_load_rows(v, j * tile_n, tile_n), nan=0.0)  # zero padding
+            acc = acc * alpha + p @ v_blk
+            m_i = m_ij
+        rows = slice(q_tile * tile_m, min((q_tile + 1) * tile_m, q_len))
+        out[rows] = (acc / l_i)[: rows.stop - rows.start]  # the store drops padding rows
+    return out
+
+
+def reference_attention(q, k, v, *, scale, causal):
+    """Plain softmax(q k^T * scale) v; causal is top-left aligned (SDPA's is_causal)."""
+    scores = (q @ k.T) * scale
+    if causal:
+        scores = np.where(np.tril(np.ones((len(q), len(k)), dtype=bool)), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ v

@@ -1,0 +1,123 @@
+"""Every input the launcher refuses, and how it says so. Runs without a GPU: shape and
+dtype checks come before the device check."""
+
+import pytest
+import torch
+
+from cutile_fmha.steps import attention
+from cutile_fmha.platforms.environment import CHECK_COMMAND
+
+
+def qkv(shape=(2, 3, 40, 64), k_len=None, dtype=torch.float16):
+    b, h, n, d = shape
+    k_shape = (b, h, k_len or n, d)
+    return torch.randn(shape, dtype=dtype), torch.randn(k_shape, dtype=dtype), \
+        torch.randn(k_shape, dtype=dtype)
+
+
+def test_not_a_tensor():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="k must be a torch.Tensor, got ndarray"):
+        attention(q, k.numpy(), v)
+
+
+def test_wrong_rank():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"v must have 4 dimensions .* got shape \(3, 40, 64\)"):
+        attention(q, k, v[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8])
+def test_unsupported_dtype(dtype):
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=f"q must be float16 or bfloat16, got {dtype}"):
+        attention(q.to(dtype), k, v)
+
+
+def test_mixed_dtypes():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="share one dtype: q is torch.float16, v is torch.bfloat16"):
+        attention(q, k, v.bfloat16())
+
+
+@pytest.mark.parametrize("dim,what", [(0, "batch size"), (1, "head count"), (3, "head dim")])
+def test_mismatched_dimension(dim, what):
+    q, k, v = qkv()
+    shape = list(k.shape)
+    shape[dim] += 1 if dim != 3 else 64
+    with pytest.raises(ValueError, match=f"k must match q's {what}"):
+        attention(q, torch.randn(shape, dtype=q.dtype), v)
+
+
+def test_key_value_length_mismatch():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="k and v must have the same sequence length, got 40 and 39"):
+        attention(q, k, v[:, :, :39])
+
+
+@pytest.mark.parametrize("head_dim", [32, 96, 512])
+def test_unsupported_head_dim(head_dim):
+    q, k, v = qkv((1, 1, 8, head_dim))
+    with pytest.raises(ValueError, match=rf"head dim .* must be one of \(64, 128, 256\), got {head_dim}"):
+        attention(q, k, v)
+
+
+def test_empty_sequence():
+    q, k, v = qkv((1, 2, 8, 64), k_len=1)
+    with pytest.raises(ValueError, match="sequence lengths must be at least 1"):
+        attention(q, k[:, :, :0], v[:, :, :0])
+
+
+def test_last_dimension_not_contiguous():
+    q, k, v = qkv()
+    k_strided = torch.randn(2, 3, 64, 40, dtype=q.dtype).transpose(2, 3)
+    with pytest.raises(ValueError, match=r"k's last dimension must be contiguous .* k.contiguous\(\)"):
+        attention(q, k_strided, v)
+
+
+def test_causal_must_be_bool():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="causal must be a bool, got int"):
+        attention(q, k, v, causal=1)
+
+
+@pytest.mark.parametrize("scale,error", [(0.0, ValueError), (-0.1, ValueError),
+                                         (float("nan"), ValueError), ("0.1", TypeError)])
+def test_bad_scale(scale, error):
+    q, k, v = qkv()
+    with pytest.raises(error, match="scale must be"):
+        attention(q, k, v, scale=scale)
+
+
+@pytest.mark.parametrize("step", [0, 7, "6"])
+def test_unknown_step(step):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"step must be one of \[1, 2, 3, 4, 5, 6\]"):
+        attention(q, k, v, step=step)
+
+
+def test_unknown_platform():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="platform must be one of .*'sm_90'.* got 'sm_75'"):
+        attention(q, k, v, platform="sm_75")
+
+
+def test_out_of_the_wrong_shape():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="out must have q's shape and dtype"):
+        attention(q, k, v, out=torch.empty_like(q)[:, :, :10])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_cpu_tensors_without_a_gpu_point_to_the_environment_check():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=f"q must be on a CUDA device, got cpu; no CUDA GPU is "
+                                         f"visible here \\(check with: {CHECK_COMMAND}\\)"):
+        attention(q, k, v)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_tensors_on_cpu_and_gpu():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="v must be on a CUDA device, got cpu"):
+        attention(q.cuda(), k.cuda(), v)
