@@ -63,24 +63,36 @@ def columns_for(backends: list[str], correctness: bool) -> list[Column]:
     return COLUMNS + ratios + [Column("first_launch_s", "first launch (s)", ".2f")] + checks
 
 
-def _measure(fn, shape, iterations) -> dict:
+def _measure(method, shape, iterations) -> dict:
     """First-launch wall time (compile included), then the median latency."""
     import torch
 
     start = time.perf_counter()
-    fn()
+    method.run()
     torch.cuda.synchronize()
     first_launch_s = time.perf_counter() - start
-    latency_ms = measure.time_ms(fn, iterations)
-    return {"latency_ms": latency_ms, "tflops": measure.tflops(shape.flops, latency_ms),
-            "first_launch_s": first_launch_s}
+    latency_ms = measure.time_ms(method.run, iterations)
+    return {"step": method.step, "optimization": method.name, "latency_ms": latency_ms,
+            "tflops": measure.tflops(shape.flops, latency_ms), "first_launch_s": first_launch_s}
+
+
+def _check(method, q, k, v, causal, platform) -> float:
+    """Largest error of one call against float64, its output poisoned with NaN first."""
+    import torch
+
+    from cutile_fmha.steps import attention
+
+    if method.step == STEP_SDPA:
+        out = method.run()
+    else:
+        out = attention(q, k, v, causal=causal, step=method.step, platform=platform,
+                        out=torch.full_like(q, float("nan")))
+    return measure.reference_error(out, q, k, v, causal=causal)
 
 
 def run(args) -> tuple[dict, list[dict]]:
     """Times SDPA's backends and the chosen steps; returns (context, rows)."""
-    import torch
-
-    from cutile_fmha.steps import STEPS, plan_launch
+    from cutile_fmha.steps import plan_launch
 
     shape = measure.Shape(args.batch, args.heads, args.seq_len, args.seq_len, args.head_dim,
                           args.causal, args.dtype)
@@ -89,52 +101,36 @@ def run(args) -> tuple[dict, list[dict]]:
     context = measure.run_context(entry) | {
         "shape": f"B={shape.batch} H={shape.heads} N={shape.q_len} D={shape.head_dim} "
                  f"{shape.dtype} {'causal' if shape.causal else 'non-causal'}"}
-
-    def check(out, row, sdpa_error):
-        if args.correctness_check:
-            row["max_error"] = measure.reference_error(out, q, k, v, causal=shape.causal)
-            row["correct"] = "yes" if measure.within_tolerance(
-                row["max_error"], sdpa_error, q.dtype) else "NO"
-
-    rows, sdpa_error = [], None
-    for backend in args.sdpa_backends:
-        if not measure.sdpa_supports(q, k, v, causal=shape.causal, backend=backend):
-            print(f"SDPA {backend}: not available for these inputs on this GPU")
-            continue
-        run_sdpa = lambda b=backend: measure.sdpa(q, k, v, causal=shape.causal, backend=b)
-        row = {"step": STEP_SDPA, "optimization": f"PyTorch SDPA ({backend})"}
-        row |= _measure(run_sdpa, shape, args.iterations)
-        if args.correctness_check:
-            error = measure.reference_error(run_sdpa(), q, k, v, causal=shape.causal)
-            sdpa_error = error if sdpa_error is None else min(sdpa_error, error)
-            row["max_error"], row["correct"] = error, "reference"
-        rows.append(row)
-    if args.correctness_check and sdpa_error is None:  # no backend ran: use PyTorch's pick
-        sdpa_error = measure.reference_error(measure.sdpa(q, k, v, causal=shape.causal),
-                                             q, k, v, causal=shape.causal)
-
-    for step in args.steps:
-        out = torch.full_like(q, float("nan"))
-        plan = plan_launch(q, k, v, causal=shape.causal, step=step, platform=args.platform,
-                           out=out)
-        row = {"step": step, "optimization": STEPS[step].name}
-        row |= _measure(plan.launch, shape, args.iterations)
-        check(out, row, sdpa_error)
-        rows.append(row)
-    add_speedups(rows)
+    found = measure.methods(q, k, v, causal=shape.causal, steps=args.steps,
+                            sdpa_backends=args.sdpa_backends, platform=args.platform)
+    for backend in set(args.sdpa_backends) - {m.backend for m in found}:
+        print(f"SDPA {backend}: not available for these inputs on this GPU")
+    rows = [_measure(method, shape, args.iterations) for method in found]
+    if args.correctness_check:
+        errors = [_check(method, q, k, v, shape.causal, args.platform) for method in found]
+        sdpa_errors = [e for m, e in zip(found, errors) if m.step == STEP_SDPA]
+        # With no SDPA backend timed, PyTorch's own choice sets the bar.
+        bar = min(sdpa_errors) if sdpa_errors else measure.reference_error(
+            measure.sdpa(q, k, v, causal=shape.causal), q, k, v, causal=shape.causal)
+        for row, error in zip(rows, errors):
+            row["max_error"] = error
+            row["correct"] = "reference" if row["step"] == STEP_SDPA else \
+                "yes" if measure.within_tolerance(error, bar, q.dtype) else "NO"
+    add_speedups(rows, {m.name: m.backend for m in found if m.backend})
     return context, rows
 
 
-def add_speedups(rows: list[dict]) -> None:
-    """Speedups of each step over step 1, the step before it and each SDPA backend."""
-    sdpa = {r["optimization"]: r["latency_ms"] for r in rows if r["step"] == STEP_SDPA}
+def add_speedups(rows: list[dict], backends: dict[str, str]) -> None:
+    """Speedups of each step over step 1, the step before it and each SDPA backend
+    (`backends` maps an SDPA row's name to its backend)."""
+    sdpa = {backends[r["optimization"]]: r["latency_ms"] for r in rows
+            if r["step"] == STEP_SDPA}
     steps = [r for r in rows if r["step"] != STEP_SDPA]
     first = next((r for r in steps if r["step"] == 1), None)
     for previous, row in zip([None] + steps, steps):
         row["vs_step1"] = first["latency_ms"] / row["latency_ms"] if first else None
         row["vs_previous"] = previous["latency_ms"] / row["latency_ms"] if previous else None
-        for name, latency in sdpa.items():
-            backend = name.removeprefix("PyTorch SDPA (").removesuffix(")")
+        for backend, latency in sdpa.items():
             row[f"vs_sdpa_{backend}"] = latency / row["latency_ms"]
 
 

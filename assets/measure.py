@@ -8,10 +8,12 @@ launch overhead stays out of the number; CUDA events when triton is missing.
 
 import csv
 import datetime
+import functools
 import json
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -116,6 +118,29 @@ def sdpa_supports(q, k, v, *, causal: bool, backend: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Method:
+    """One thing to time: an SDPA backend (step 0) or a tutorial step."""
+    step: int
+    name: str
+    run: Callable[[], torch.Tensor]  # one call, allocating its output like SDPA does
+    backend: str | None = None  # the SDPA backend, for step 0
+
+
+def methods(q, k, v, *, causal: bool, steps, sdpa_backends, platform=None) -> list[Method]:
+    """The SDPA backends that run these inputs here, then the chosen steps."""
+    from ..steps import STEPS, attention
+
+    found = [Method(0, f"PyTorch SDPA ({backend})",
+                    functools.partial(sdpa, q, k, v, causal=causal, backend=backend), backend)
+             for backend in sdpa_backends
+             if sdpa_supports(q, k, v, causal=causal, backend=backend)]
+    return found + [Method(step, STEPS[step].name,
+                           functools.partial(attention, q, k, v, causal=causal, step=step,
+                                             platform=platform))
+                    for step in steps]
+
+
 def _time_with_events(fn, iterations: int) -> float:
     for _ in range(max(3, iterations // 10)):  # warm-up
         fn()
@@ -130,17 +155,23 @@ def _time_with_events(fn, iterations: int) -> float:
     return statistics.median(times)
 
 
+MIN_REPLAY_MS = 25.0
+
+
 def time_ms(fn, iterations: int = 100) -> float:
-    """Median milliseconds of one `fn()` call, after warm-up."""
+    """Median milliseconds of one `fn()` call, after warm-up, over about `iterations` calls."""
     fn()  # first call compiles or picks kernels; keep it out of the graph and the timing
     torch.cuda.synchronize()
     try:
         from triton.testing import do_bench_cudagraph
     except ImportError:
         return _time_with_events(fn, iterations)
-    # do_bench_cudagraph's `rep` is a time budget in ms: give it about `iterations` runs.
+    # do_bench_cudagraph replays a graph of rep/estimate calls 10 times and returns the
+    # median of those 10 means: give it about `iterations` calls in all, and at least
+    # MIN_REPLAY_MS per replay so that short kernels run long enough to reach steady clocks.
     estimate = _time_with_events(fn, 3)
-    return do_bench_cudagraph(fn, rep=max(20, estimate * iterations), return_mode="median")
+    return do_bench_cudagraph(fn, rep=max(MIN_REPLAY_MS, estimate * iterations / 10),
+                              return_mode="median")
 
 
 def extra_peak_memory(fn) -> int:

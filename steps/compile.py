@@ -2,6 +2,7 @@
 
     python -m cutile_fmha.steps.compile --arch sm_90 --arch sm_103
     python -m cutile_fmha.steps.compile --arch sm_90 --resources   # registers, spills
+                                                                   # (needs cuobjdump)
 
 Each step is compiled to a cubin with the tile sizes and occupancy of the target
 architecture's platform entry, exactly as the launcher would launch it there.
@@ -58,20 +59,29 @@ def _pip_tool(name: str) -> str | None:
     return shutil.which(name, path=os.path.join(nvidia.cu13.__path__[0], "bin"))
 
 
-def resource_usage(cubin: bytes) -> str:
-    """cuobjdump's register / stack / shared-memory line for the kernel in `cubin`."""
+def _cuobjdump(cubin: bytes, option: str) -> str:
     cuobjdump = shutil.which("cuobjdump") or _pip_tool("cuobjdump")
     if cuobjdump is None:
-        return "(cuobjdump not found: pip install nvidia-cuda-cuobjdump)"
+        raise FileNotFoundError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
     path = f"/tmp/cutile_fmha_{os.getpid()}.cubin"
     with open(path, "wb") as f:
         f.write(cubin)
     try:
-        text = subprocess.run([cuobjdump, "--dump-resource-usage", path],
-                              capture_output=True, text=True).stdout
+        return subprocess.run([cuobjdump, option, path], capture_output=True, text=True,
+                              check=True).stdout
     finally:
         os.remove(path)
+
+
+def resource_usage(cubin: bytes) -> str:
+    """cuobjdump's line of registers, stack frame (spills) and shared memory."""
+    text = _cuobjdump(cubin, "--dump-resource-usage")
     return next((line.strip() for line in text.splitlines() if "REG:" in line), text.strip())
+
+
+def sass(cubin: bytes) -> str:
+    """The machine code of `cubin`, as cuobjdump disassembles it."""
+    return _cuobjdump(cubin, "--dump-sass")
 
 
 def main(argv=None) -> int:
@@ -101,7 +111,10 @@ def main(argv=None) -> int:
                     print(f"{arch} D={head_dim} step {step}: FAILED {type(error).__name__}: "
                           f"{str(error).splitlines()[0] if str(error) else ''}")
                     continue
-                detail = resource_usage(cubin) if args.resources else f"{len(cubin)} bytes"
+                try:
+                    detail = resource_usage(cubin) if args.resources else f"{len(cubin)} bytes"
+                except FileNotFoundError as error:
+                    detail = str(error)
                 print(f"{arch} D={head_dim} step {step}: ok in "
                       f"{time.perf_counter() - start:.1f}s, {detail}")
     return 1 if failures else 0

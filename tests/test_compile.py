@@ -40,7 +40,7 @@ def test_default_entry_arch_has_no_entry_of_its_own():
     assert entry_for(DEFAULT_ENTRY_ARCH) is DEFAULT
 
 
-@pytest.mark.parametrize("arch,step,head_dim,dtype,causal", _cases())
+@pytest.mark.parametrize("arch,step,head_dim,dtype,causal", list(_cases()))
 def test_step_compiles(arch, step, head_dim, dtype, causal):
     cubin = compile_step(step, arch, dtype=dtype, head_dim=head_dim, causal=causal)
     assert cubin[:4] == b"\x7fELF", "export_kernel did not produce a cubin"

@@ -1,0 +1,160 @@
+"""FLOP counting, the result writers and the plots, on synthetic results (no GPU)."""
+
+import csv
+import json
+
+import pytest
+
+from cutile_fmha.assets import fmha_scaling_analysis as scaling
+from cutile_fmha.assets import measure
+from cutile_fmha.assets.fmha_optimization_tutorial import add_speedups, columns_for
+from cutile_fmha.assets.measure import Column
+
+
+def test_flops_count_two_products_and_halve_for_causal():
+    # B=4, H=32, N=4096, D=128: 4 * 4 * 32 * 4096^2 * 128
+    assert measure.attention_flops(4, 32, 4096, 4096, 128, False) == 4 * 4 * 32 * 4096**2 * 128
+    assert measure.attention_flops(4, 32, 4096, 4096, 128, True) == 2 * 4 * 32 * 4096**2 * 128
+    assert measure.attention_flops(1, 1, 10, 30, 64, False) == 4 * 10 * 30 * 64
+    assert measure.Shape(1, 2, 3, 5, 64, False).flops == 4 * 2 * 3 * 5 * 64
+
+
+def test_tflops():
+    assert measure.tflops(2e12, 1000.0) == pytest.approx(2.0)
+    assert measure.tflops(1.1e12, 2.0) == pytest.approx(550.0)
+
+
+def test_tolerance_is_twice_sdpa_plus_epsilon():
+    import torch
+
+    assert measure.within_tolerance(2e-3, 1e-3, torch.float16)
+    assert measure.within_tolerance(3e-3, 1e-3, torch.float16)
+    assert not measure.within_tolerance(3.1e-3, 1e-3, torch.float16)
+    assert not measure.within_tolerance(float("nan"), 1e-3, torch.float16)
+
+
+TUTORIAL_ROWS = [
+    {"step": 0, "optimization": "PyTorch SDPA (flash)", "latency_ms": 2.0, "tflops": 100.0,
+     "first_launch_s": 0.01},
+    {"step": 1, "optimization": "Basic cuTile", "latency_ms": 4.0, "tflops": 50.0,
+     "first_launch_s": 2.5},
+    {"step": 2, "optimization": "+ exp2", "latency_ms": 1.0, "tflops": 200.0,
+     "first_launch_s": 1.5},
+]
+
+
+def tutorial_rows():
+    rows = [dict(r) for r in TUTORIAL_ROWS]
+    add_speedups(rows, {"PyTorch SDPA (flash)": "flash"})
+    return rows
+
+
+def test_speedups_against_step_one_previous_and_sdpa():
+    _, basic, exp2 = tutorial_rows()
+    assert basic["vs_step1"] == 1.0 and basic["vs_previous"] is None
+    assert basic["vs_sdpa_flash"] == 0.5
+    assert exp2["vs_step1"] == 4.0 and exp2["vs_previous"] == 4.0 and exp2["vs_sdpa_flash"] == 2.0
+
+
+def test_text_and_markdown_tables():
+    columns = columns_for(["flash"], correctness=False)
+    text = measure.format_table(tutorial_rows(), columns)
+    assert "Latency (ms)" in text and "4.000" in text and "+ exp2" in text
+    lines = measure.format_table(tutorial_rows(), columns, "github").splitlines()
+    assert lines[0].startswith("| Step") and set(lines[1]) <= set("|-: ")
+    assert "| 2.00 " in lines[4]  # step 2 is twice as fast as SDPA flash
+    assert "| -" in lines[2]  # SDPA has no speedup over itself
+
+
+def test_json_round_trips(tmp_path):
+    path = tmp_path / "r.json"
+    measure.write_json(path, {"gpu": "test"}, tutorial_rows())
+    data = json.loads(path.read_text())
+    assert data["context"] == {"gpu": "test"}
+    assert data["results"][2]["vs_step1"] == 4.0
+
+
+def test_csv_has_one_column_per_field(tmp_path):
+    path = tmp_path / "r.csv"
+    columns = [Column("step", "Step"), Column("latency_ms", "Latency", ".3f")]
+    measure.write_csv(path, tutorial_rows(), columns)
+    rows = list(csv.DictReader(path.open()))
+    assert [r["latency_ms"] for r in rows] == ["2.0", "4.0", "1.0"]
+    assert list(rows[0]) == ["step", "latency_ms"]
+
+
+def test_markdown_file_has_context_and_table(tmp_path):
+    path = tmp_path / "r.md"
+    measure.write_markdown(path, "Title", {"gpu": "NVIDIA X"}, tutorial_rows(),
+                           columns_for(["flash"], correctness=False))
+    text = path.read_text()
+    assert text.startswith("# Title\n\n- gpu: NVIDIA X\n\n| Step")
+
+
+def scaling_rows():
+    rows = []
+    for causal in (True, False):
+        for n in (1024, 2048):
+            rows.append({"causal": causal, "seq_len": n, "step": 0,
+                         "method": "PyTorch SDPA (flash)", "latency_ms": 1.0 * n / 1024,
+                         "tflops": 300.0, "extra_peak_mib": 8.0})
+            rows.append({"causal": causal, "seq_len": n, "step": 6, "method": "+ Approx division",
+                         "latency_ms": 0.8 * n / 1024, "tflops": 375.0, "vs_best_sdpa": 1.25,
+                         "extra_peak_mib": 8.0})
+            rows.append({"causal": causal, "seq_len": n, "step": 0,
+                         "method": "PyTorch SDPA (math)",
+                         "extra_peak_mib": "OOM" if n == 2048 else 1312.0})
+    return rows
+
+
+def scaling_args(tmp_path, *extra):
+    return scaling.parse_args(["--seq-lens", "1024", "2048", "--output-dir", str(tmp_path),
+                               *extra])
+
+
+CONTEXT = {"gpu": "NVIDIA Test GPU", "arch": "sm_90", "shape": "B=1 H=1 D=128 float16"}
+
+
+def test_scaling_report_pivots_and_shows_oom(tmp_path):
+    text = scaling.report(scaling_rows(), scaling_args(tmp_path), CONTEXT)
+    assert "## TFLOPS, causal" in text and "## Speedup over the best SDPA backend, non-causal" in text
+    memory = text.split("## Extra peak memory of one call (MiB), causal")[1].split("##")[0]
+    assert "| PyTorch SDPA (math)" in memory and "OOM" in memory and "1312.0" in memory
+    tflops = text.split("## TFLOPS, causal")[1].split("##")[0]
+    assert "PyTorch SDPA (math)" not in tflops  # timed for memory only
+
+
+def test_scaling_writes_every_format_and_valid_pngs(tmp_path):
+    pytest.importorskip("matplotlib")
+    written = scaling.write_outputs(scaling_rows(), scaling_args(tmp_path), CONTEXT)
+    names = sorted(p.name for p in written)
+    assert names == ["scaling.csv", "scaling.json", "scaling.md", "speedup_vs_sdpa.png",
+                     "tflops_vs_seq_len.png"]
+    for png in tmp_path.glob("*.png"):
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert len(list(csv.DictReader((tmp_path / "scaling.csv").open()))) == 12
+
+
+def test_scaling_without_plots(tmp_path):
+    written = scaling.write_outputs(scaling_rows(), scaling_args(tmp_path, "--no-plots"), CONTEXT)
+    assert not any(p.suffix == ".png" for p in written)
+
+
+def test_progress_says_which_point_how_many_and_time_left(capsys, monkeypatch):
+    clock = iter([0.0, 10.0, 40.0])
+    monkeypatch.setattr(scaling.time, "perf_counter", lambda: next(clock))
+    progress = scaling.Progress([1.0, 3.0, 5.0])
+    progress.point("first")  # t=0: nothing finished, no estimate
+    progress.point("second")  # t=10: one point of work 1 took 10 s; 3 and 5 left
+    progress.point("third")  # t=40: work 3 took 30 s, so seconds = 10 * work; 5 left
+    assert capsys.readouterr().out.splitlines() == [
+        "[1/3] first", "[2/3] second, about 20s left", "[3/3] third, about 50s left"]
+
+
+def test_progress_skips_points_that_will_not_run(capsys):
+    progress = scaling.Progress([1.0, 1.0, 1.0, 1.0])
+    progress.point("first")
+    progress.skip(2)
+    progress.point("last")
+    assert capsys.readouterr().out.splitlines()[1].startswith("[2/2] last")

@@ -1,0 +1,90 @@
+"""The companion scripts' arguments, and what they do without a GPU."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
+from cutile_fmha.assets import fmha_scaling_analysis as scaling
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis.py",
+           "assets/fmha_tile_sweep.py"]
+
+
+def test_tutorial_defaults_are_the_guides_configuration():
+    args = tutorial.parse_args([])
+    assert (args.batch, args.heads, args.head_dim, args.seq_len) == (4, 32, 128, 2048)
+    assert args.causal and args.dtype == "float16" and args.steps == [1, 2, 3, 4, 5, 6]
+    assert not args.correctness_check and args.platform is None
+
+
+def test_tutorial_options():
+    args = tutorial.parse_args(["--seq-len", "4096", "--no-causal", "--dtype", "bfloat16",
+                                "--steps", "1", "6", "--platform", "sm_103", "--head-dim", "64",
+                                "--json", "r.json", "--markdown", "r.md", "--iterations", "5",
+                                "--sdpa-backends", "cudnn"])
+    assert (args.seq_len, args.causal, args.dtype, args.steps) == (4096, False, "bfloat16", [1, 6])
+    assert (args.platform, args.head_dim, args.json, args.markdown) == ("sm_103", 64, "r.json", "r.md")
+    assert args.sdpa_backends == ["cudnn"] and args.iterations == 5
+
+
+@pytest.mark.parametrize("argv", [["--steps", "7"], ["--head-dim", "96"], ["--seq-len", "0"],
+                                  ["--platform", "sm_75"], ["--dtype", "float32"]])
+def test_tutorial_refuses_bad_options(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        tutorial.parse_args(argv)
+    assert exit_.value.code == 2
+
+
+def test_scaling_defaults():
+    args = scaling.parse_args([])
+    assert args.seq_lens == [1024, 2048, 4096, 8192, 16384]
+    assert args.causal == "both" and args.iterations == 100
+    assert args.sdpa_backends == ["flash", "cudnn", "efficient"]
+    assert str(args.output_dir).startswith("results/scaling-")
+
+
+@pytest.mark.parametrize("argv", [["--seq-lens", "0"], ["--sdpa-backends", "math"],
+                                  ["--causal", "maybe"]])
+def test_scaling_refuses_bad_options(argv):
+    with pytest.raises(SystemExit):
+        scaling.parse_args(argv)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_without_a_gpu_one_message_and_a_non_zero_exit(script):
+    done = subprocess.run([sys.executable, script], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "needs a CUDA GPU" in done.stderr and "No CUDA GPU is visible" in done.stderr
+    assert "python -m cutile_fmha.platforms.environment" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def load_runner():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_benchmarks", ROOT / "scripts" / "run_benchmarks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_platform_scripts_warn_on_another_architecture():
+    runner = load_runner()
+    assert runner.architecture_warning("sm_90", "sm_90", "NVIDIA H200") is None
+    assert runner.architecture_warning(None, "sm_90", "NVIDIA H200") is None
+    warning = runner.architecture_warning("sm_121", "sm_90", "NVIDIA H200")
+    assert warning.startswith("WARNING: this script is for sm_121, but this GPU is NVIDIA H200 (sm_90)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "scripts").glob("benchmark_*.sh")))
+def test_platform_scripts_without_a_gpu(script):
+    done = subprocess.run(["bash", f"scripts/{script}"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "need a CUDA GPU" in done.stderr and "Traceback" not in done.stderr + done.stdout

@@ -1,0 +1,41 @@
+"""The tutorial and the scaling analysis end to end on the GPU, at a tiny size."""
+
+import json
+
+import pytest
+import torch
+
+from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
+from cutile_fmha.assets import fmha_scaling_analysis as scaling
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+TINY = ["--batch", "1", "--heads", "2", "--iterations", "3"]
+
+
+def test_tutorial_end_to_end(tmp_path, capsys):
+    status = tutorial.main([*TINY, "--seq-len", "300", "--correctness-check",
+                            "--json", str(tmp_path / "t.json"), "--markdown", str(tmp_path / "t.md")])
+    assert status == 0
+    rows = json.loads((tmp_path / "t.json").read_text())["results"]
+    steps = [r for r in rows if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    assert all(r["correct"] == "yes" and r["latency_ms"] > 0 for r in steps)
+    printed = capsys.readouterr().out
+    assert "gpu: " in printed and "platform_entry: " in printed and "+ Approx division" in printed
+    assert (tmp_path / "t.md").read_text().startswith("# cuTile FMHA optimization tutorial")
+
+
+def test_scaling_analysis_end_to_end(tmp_path):
+    status = scaling.main([*TINY, "--seq-lens", "128", "256", "--causal", "both",
+                           "--steps", "1", "6", "--output-dir", str(tmp_path)])
+    assert status == 0
+    rows = json.loads((tmp_path / "scaling.json").read_text())["results"]
+    assert {(r["seq_len"], r["causal"]) for r in rows} == {(128, True), (256, True),
+                                                           (128, False), (256, False)}
+    math_rows = [r for r in rows if r["method"] == "PyTorch SDPA (math)"]
+    assert len(math_rows) == 4 and all(r["extra_peak_mib"] != "OOM" for r in math_rows)
+    assert all(isinstance(r["tflops"], float) for r in rows if r["step"] == 6)
+    for png in ("tflops_vs_seq_len.png", "speedup_vs_sdpa.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
