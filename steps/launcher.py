@@ -1,8 +1,8 @@
 """The one launcher: validate inputs, pick the platform entry, size the grid, launch a step.
 
 Everything that depends on shapes lives here, so each step's kernel is only the
-algorithm. ``plan_launch`` does all the work up to the launch (benchmarks time only
-``LaunchPlan.launch``); ``attention`` is plan + environment check + launch.
+algorithm. ``plan_launch`` does all the work up to the launch, the environment check
+included (benchmarks time only ``LaunchPlan.launch``); ``attention`` is plan + launch.
 """
 
 import functools
@@ -125,6 +125,7 @@ def plan_launch(q, k, v, *, causal: bool = False, scale: float | None = None,
                 out: torch.Tensor | None = None) -> LaunchPlan:
     """Validates the arguments and prepares one launch; see ``attention``."""
     scale = _validate(q, k, v, causal, scale, step, platform, out)
+    require_environment(q.device.index)
     device_arch = arch_of_capability(*torch.cuda.get_device_capability(q.device))
     entry = platform if isinstance(platform, PlatformEntry) else entry_for(platform or device_arch)
     step_def = STEPS[step]
@@ -159,7 +160,5 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
         ("sm_103", ...) or from a PlatformEntry of your own, instead of this GPU's.
     out: where to write the result (like q); a new tensor when None.
     """
-    plan = plan_launch(q, k, v, causal=causal, scale=scale, step=step,
-                       platform=platform, out=out)
-    require_environment(q.device.index)
-    return plan.launch()
+    return plan_launch(q, k, v, causal=causal, scale=scale, step=step, platform=platform,
+                       out=out).launch()
