@@ -67,10 +67,12 @@ def _cuobjdump(cubin: bytes, option: str) -> str:
     with open(path, "wb") as f:
         f.write(cubin)
     try:
-        return subprocess.run([cuobjdump, option, path], capture_output=True, text=True,
-                              check=True).stdout
+        done = subprocess.run([cuobjdump, option, path], capture_output=True, text=True)
     finally:
         os.remove(path)
+    if done.returncode != 0:  # --dump-sass also needs nvdisasm: pip install nvidia-cuda-nvdisasm
+        raise RuntimeError(f"cuobjdump {option} failed: {done.stderr.strip()}")
+    return done.stdout
 
 
 def resource_usage(cubin: bytes) -> str:

@@ -15,8 +15,9 @@ from cutile_fmha.steps import FINAL_STEP
 from cutile_fmha.steps.compile import _pip_tool, compile_step, resource_usage, sass
 
 pytestmark = pytest.mark.skipif(
-    find_compiler().path is None or not (shutil.which("cuobjdump") or _pip_tool("cuobjdump")),
-    reason="needs tileiras and cuobjdump (pip install nvidia-cuda-cuobjdump)")
+    find_compiler().path is None or not all(shutil.which(tool) or _pip_tool(tool)
+                                            for tool in ("cuobjdump", "nvdisasm")),
+    reason="needs tileiras, cuobjdump and nvdisasm (pip install -e '.[dev]')")
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
