@@ -67,7 +67,9 @@ PLATFORMS: dict[str, PlatformEntry] = {
             tiles={64: _64x64, 128: _64x64, 256: _64x64},
             occupancy=2,
             source="unmeasured",
-            note="Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/SM; not timed.",
+            note="Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/SM; not timed. "
+                 "cuobjdump shows spills at 64x64 (stack 496 to 1512 bytes; on sm_80 every "
+                 "shape tried spills at D>=128): time it before trusting it.",
         ),
         PlatformEntry(
             arch="sm_80",
@@ -75,7 +77,9 @@ PLATFORMS: dict[str, PlatformEntry] = {
             tiles={64: _64x64, 128: _64x64, 256: _64x64},
             occupancy=2,
             source="unmeasured",
-            note="Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/SM; not timed.",
+            note="Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/SM; not timed. "
+                 "cuobjdump shows spills at 64x64 (stack 496 to 1512 bytes; on sm_80 every "
+                 "shape tried spills at D>=128): time it before trusting it.",
         ),
     )
 }
