@@ -67,14 +67,27 @@ def _dotted(version: tuple[int, int] | None) -> str:
     return "unknown" if version is None else f"{version[0]}.{version[1]}"
 
 
+def pip_cuda_tool(name: str) -> str | None:
+    """A CUDA tool from its pip package: they install into nvidia/cu13/bin, not on PATH."""
+    try:
+        import nvidia.cu13
+    except ImportError:
+        return None
+    return shutil.which(name, path=os.path.join(nvidia.cu13.__path__[0], "bin"))
+
+
+def find_cuda_tool(name: str) -> str | None:
+    """A CUDA tool (cuobjdump, nvdisasm, ...) from PATH, else from its pip package."""
+    return shutil.which(name) or pip_cuda_tool(name)
+
+
 def _pip_tileiras() -> str | None:
     try:
         for package in PIP_COMPILER_PACKAGES:
             importlib.metadata.version(package)
-        import nvidia.cu13
-    except (importlib.metadata.PackageNotFoundError, ImportError):
+    except importlib.metadata.PackageNotFoundError:
         return None
-    return shutil.which("tileiras", path=os.path.join(nvidia.cu13.__path__[0], "bin"))
+    return pip_cuda_tool("tileiras")
 
 
 @functools.cache

@@ -11,9 +11,9 @@ architecture's platform entry, exactly as the launcher would launch it there.
 import argparse
 import io
 import os
-import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import cuda.tile as ct
@@ -21,6 +21,7 @@ from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSig
                                    ScalarConstraint, export_kernel)
 
 from ..platforms import HEAD_DIMS, PLATFORMS, entry_for
+from ..platforms.environment import find_cuda_tool
 from .definitions import STEPS
 from .launcher import kernel_constants
 
@@ -50,26 +51,15 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
     return buffer.getvalue()
 
 
-def _pip_tool(name: str) -> str | None:
-    """A CUDA tool from its pip package (nvidia/cu13/bin), which is not on PATH."""
-    try:
-        import nvidia.cu13
-    except ImportError:
-        return None
-    return shutil.which(name, path=os.path.join(nvidia.cu13.__path__[0], "bin"))
-
-
 def _cuobjdump(cubin: bytes, option: str) -> str:
-    cuobjdump = shutil.which("cuobjdump") or _pip_tool("cuobjdump")
+    cuobjdump = find_cuda_tool("cuobjdump")
     if cuobjdump is None:
         raise FileNotFoundError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
-    path = f"/tmp/cutile_fmha_{os.getpid()}.cubin"
-    with open(path, "wb") as f:
-        f.write(cubin)
-    try:
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
         done = subprocess.run([cuobjdump, option, path], capture_output=True, text=True)
-    finally:
-        os.remove(path)
     if done.returncode != 0:  # --dump-sass also needs nvdisasm: pip install nvidia-cuda-nvdisasm
         raise RuntimeError(f"cuobjdump {option} failed: {done.stderr.strip()}")
     return done.stdout

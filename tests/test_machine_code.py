@@ -5,17 +5,16 @@ so: warpgroup MMA (HGMMA) and TMA loads (UTMALDG), and no register spills.
 """
 
 import re
-import shutil
 
 import pytest
 
 from cutile_fmha.platforms import HEAD_DIMS
-from cutile_fmha.platforms.environment import find_compiler
+from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.steps import FINAL_STEP
-from cutile_fmha.steps.compile import _pip_tool, compile_step, resource_usage, sass
+from cutile_fmha.steps.compile import compile_step, resource_usage, sass
 
 pytestmark = pytest.mark.skipif(
-    find_compiler().path is None or not all(shutil.which(tool) or _pip_tool(tool)
+    find_compiler().path is None or not all(find_cuda_tool(tool)
                                             for tool in ("cuobjdump", "nvdisasm")),
     reason="needs tileiras, cuobjdump and nvdisasm (pip install -e '.[dev]')")
 
