@@ -12,8 +12,11 @@ import argparse
 import sys
 import time
 
+import torch
+
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
+from cutile_fmha.steps import attention, plan_launch
 
 COLUMNS = [
     Column("step", "Step"),
@@ -23,37 +26,20 @@ COLUMNS = [
     Column("vs_step1", "vs step 1", ".2f"),
     Column("vs_previous", "vs previous", ".2f"),
 ]
-STEP_SDPA = 0
-
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from cutile_fmha.platforms import HEAD_DIMS, PLATFORMS
-    from cutile_fmha.steps import STEPS
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seq-len", type=int, default=2048, help="query and key length")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=32)
-    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
-    parser.add_argument("--dtype", default="float16", choices=sorted(measure.DTYPES))
+    parser.add_argument("--seq-len", type=measure.positive_int, default=2048,
+                        help="query and key length")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--iterations", type=int, default=100, help="timed runs per step")
-    parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
-                        choices=sorted(STEPS), help="which steps to run (default: all)")
-    parser.add_argument("--platform", choices=sorted(PLATFORMS) + ["default"],
-                        help="use another architecture's table entry (default: this GPU's)")
-    parser.add_argument("--sdpa-backends", nargs="+", default=["flash", "cudnn"],
-                        choices=[b for b in measure.SDPA_BACKENDS if b != "math"],
-                        help="SDPA backends to time as step 0")
+    measure.add_run_arguments(parser, sdpa_backends=["flash", "cudnn"],
+                              iterations_help="timed runs per step",
+                              sdpa_help="SDPA backends to time as step 0")
     parser.add_argument("--correctness-check", action="store_true",
                         help="compare every output with a float64 reference")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the results as Markdown")
-    args = parser.parse_args(argv)
-    for name in ("seq_len", "batch", "heads", "iterations"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
+    return parser.parse_args(argv)
 
 
 def columns_for(backends: list[str], correctness: bool) -> list[Column]:
@@ -65,8 +51,6 @@ def columns_for(backends: list[str], correctness: bool) -> list[Column]:
 
 def _measure(method, shape, iterations) -> dict:
     """First-launch wall time (compile included), then the median latency."""
-    import torch
-
     start = time.perf_counter()
     method.run()
     torch.cuda.synchronize()
@@ -78,11 +62,7 @@ def _measure(method, shape, iterations) -> dict:
 
 def _check(method, q, k, v, causal, platform) -> float:
     """Largest error of one call against float64, its output poisoned with NaN first."""
-    import torch
-
-    from cutile_fmha.steps import attention
-
-    if method.step == STEP_SDPA:
+    if method.step == measure.SDPA_STEP:
         out = method.run()
     else:
         out = attention(q, k, v, causal=causal, step=method.step, platform=platform,
@@ -92,8 +72,6 @@ def _check(method, q, k, v, causal, platform) -> float:
 
 def run(args) -> tuple[dict, list[dict]]:
     """Times SDPA's backends and the chosen steps; returns (context, rows)."""
-    from cutile_fmha.steps import plan_launch
-
     shape = measure.Shape(args.batch, args.heads, args.seq_len, args.seq_len, args.head_dim,
                           args.causal, args.dtype)
     q, k, v = measure.make_inputs(shape)
@@ -108,13 +86,13 @@ def run(args) -> tuple[dict, list[dict]]:
     rows = [_measure(method, shape, args.iterations) for method in found]
     if args.correctness_check:
         errors = [_check(method, q, k, v, shape.causal, args.platform) for method in found]
-        sdpa_errors = [e for m, e in zip(found, errors) if m.step == STEP_SDPA]
+        sdpa_errors = [e for m, e in zip(found, errors) if m.step == measure.SDPA_STEP]
         # With no SDPA backend timed, PyTorch's own choice sets the bar.
         bar = min(sdpa_errors) if sdpa_errors else measure.reference_error(
             measure.sdpa(q, k, v, causal=shape.causal), q, k, v, causal=shape.causal)
         for row, error in zip(rows, errors):
             row["max_error"] = error
-            row["correct"] = "reference" if row["step"] == STEP_SDPA else \
+            row["correct"] = "reference" if row["step"] == measure.SDPA_STEP else \
                 "yes" if measure.within_tolerance(error, bar, q.dtype) else "NO"
     add_speedups(rows, {m.name: m.backend for m in found if m.backend})
     return context, rows
@@ -124,8 +102,8 @@ def add_speedups(rows: list[dict], backends: dict[str, str]) -> None:
     """Speedups of each step over step 1, the step before it and each SDPA backend
     (`backends` maps an SDPA row's name to its backend)."""
     sdpa = {backends[r["optimization"]]: r["latency_ms"] for r in rows
-            if r["step"] == STEP_SDPA}
-    steps = [r for r in rows if r["step"] != STEP_SDPA]
+            if r["step"] == measure.SDPA_STEP}
+    steps = [r for r in rows if r["step"] != measure.SDPA_STEP]
     first = next((r for r in steps if r["step"] == 1), None)
     for previous, row in zip([None] + steps, steps):
         row["vs_step1"] = first["latency_ms"] / row["latency_ms"] if first else None
@@ -136,8 +114,8 @@ def add_speedups(rows: list[dict], backends: dict[str, str]) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if (problem := measure.environment_problem()):
-        print(f"The tutorial needs a CUDA GPU that cuTile supports.\n{problem}", file=sys.stderr)
+    if (problem := measure.gpu_problem("The tutorial needs")):
+        print(problem, file=sys.stderr)
         return 1
     context, rows = run(args)
     columns = columns_for(args.sdpa_backends, args.correctness_check)

@@ -15,8 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
+from cutile_fmha.platforms import arch_of_capability, entry_for
 
 MIB = 1 << 20
 CAUSAL_MODES = {"causal": [True], "non-causal": [False], "both": [True, False]}
@@ -30,36 +33,18 @@ MATH_BACKEND = "math"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from cutile_fmha.platforms import HEAD_DIMS, PLATFORMS
-    from cutile_fmha.steps import STEPS
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seq-lens", type=int, nargs="+",
+    parser.add_argument("--seq-lens", type=measure.positive_int, nargs="+",
                         default=[1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=32)
-    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
-    parser.add_argument("--dtype", default="float16", choices=sorted(measure.DTYPES))
     parser.add_argument("--causal", choices=sorted(CAUSAL_MODES), default="both")
-    parser.add_argument("--iterations", type=int, default=100, help="timed runs per point")
-    parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
-                        choices=sorted(STEPS))
-    parser.add_argument("--sdpa-backends", nargs="+", default=["flash", "cudnn", "efficient"],
-                        choices=[b for b in measure.SDPA_BACKENDS if b != MATH_BACKEND],
-                        help="SDPA backends to time (the math backend is measured for "
-                             "memory only)")
-    parser.add_argument("--platform", choices=sorted(PLATFORMS) + ["default"],
-                        help="use another architecture's table entry (default: this GPU's)")
+    measure.add_run_arguments(parser, sdpa_backends=["flash", "cudnn", "efficient"],
+                              iterations_help="timed runs per point",
+                              sdpa_help="SDPA backends to time (the math backend is measured "
+                                        "for memory only)")
     parser.add_argument("--output-dir", type=Path,
                         default=Path("results") / f"scaling-{datetime.date.today()}")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    args = parser.parse_args(argv)
-    for name in ("batch", "heads", "iterations"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
-    if min(args.seq_lens) < 1:
-        parser.error("--seq-lens must all be at least 1")
-    return args
+    return parser.parse_args(argv)
 
 
 class Progress:
@@ -98,8 +83,6 @@ class Progress:
 
 
 def _peak_mib_or_oom(fn) -> float | str:
-    import torch
-
     try:
         return measure.extra_peak_memory(fn) / MIB
     except torch.cuda.OutOfMemoryError:
@@ -109,8 +92,6 @@ def _peak_mib_or_oom(fn) -> float | str:
 
 
 def sweep(args) -> list[dict]:
-    import torch
-
     shapes = [measure.Shape(args.batch, args.heads, n, n, args.head_dim, causal, args.dtype)
               for causal in CAUSAL_MODES[args.causal] for n in args.seq_lens]
     per_point = len(args.steps) + len(args.sdpa_backends) + 1  # + the math backend
@@ -124,7 +105,8 @@ def sweep(args) -> list[dict]:
         point_rows = []
         for method in found:
             progress.point(f"{method.name}, N={seq_len}, {'causal' if causal else 'non-causal'}")
-            label = method.name if method.step == 0 else f"step {method.step} {method.name}"
+            label = method.name if method.step == measure.SDPA_STEP else \
+                f"step {method.step} {method.name}"
             row = {"causal": causal, "seq_len": seq_len, "step": method.step, "method": label,
                    "extra_peak_mib": _peak_mib_or_oom(method.run)}
             try:
@@ -137,17 +119,17 @@ def sweep(args) -> list[dict]:
         progress.skip(per_point - 1 - len(found))  # backends that can't run here
         progress.point(f"SDPA math (memory only), N={seq_len}")
         math_call = lambda: measure.sdpa(q, k, v, causal=causal, backend=MATH_BACKEND)
-        point_rows.append({"causal": causal, "seq_len": seq_len, "step": 0,
+        point_rows.append({"causal": causal, "seq_len": seq_len, "step": measure.SDPA_STEP,
                            "method": "PyTorch SDPA (math)",
                            "extra_peak_mib": _peak_mib_or_oom(math_call)})
         sdpa_latencies = [r["latency_ms"] for r in point_rows
-                          if r["step"] == 0 and isinstance(r.get("latency_ms"), float)]
+                          if r["step"] == measure.SDPA_STEP
+                          and isinstance(r.get("latency_ms"), float)]
         for row in point_rows:
-            if row["step"] and sdpa_latencies and isinstance(row.get("latency_ms"), float):
+            if (row["step"] != measure.SDPA_STEP and sdpa_latencies
+                    and isinstance(row.get("latency_ms"), float)):
                 row["vs_best_sdpa"] = min(sdpa_latencies) / row["latency_ms"]
         rows += point_rows
-        del q, k, v
-        torch.cuda.empty_cache()
     return rows
 
 
@@ -247,14 +229,9 @@ def write_outputs(rows, args, context) -> list[Path]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if (problem := measure.environment_problem()):
-        print(f"The scaling analysis needs a CUDA GPU that cuTile supports.\n{problem}",
-              file=sys.stderr)
+    if (problem := measure.gpu_problem("The scaling analysis needs")):
+        print(problem, file=sys.stderr)
         return 1
-    from cutile_fmha.platforms import arch_of_capability, entry_for
-
-    import torch
-
     arch = arch_of_capability(*torch.cuda.get_device_capability())
     context = measure.run_context(entry_for(args.platform or arch)) | {
         "shape": f"B={args.batch} H={args.heads} D={args.head_dim} {args.dtype}"}

@@ -14,14 +14,14 @@ import sys
 
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
+from cutile_fmha.platforms import HEAD_DIMS, PlatformEntry, TileShape
+from cutile_fmha.steps import FINAL_STEP, plan_launch
 
 CANDIDATE_TILES = [(64, 64), (128, 64), (64, 128), (128, 128), (128, 32), (256, 64)]
 OCCUPANCIES = [1, 2]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from cutile_fmha.platforms import HEAD_DIMS
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS),
                         choices=HEAD_DIMS)
@@ -36,9 +36,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def sweep(args) -> list[dict]:
-    from cutile_fmha.platforms import PlatformEntry, TileShape
-    from cutile_fmha.steps import FINAL_STEP, plan_launch
-
     rows = []
     for head_dim in args.head_dim:
         heads = args.heads or (16 if head_dim == 256 else 32)
@@ -79,8 +76,8 @@ COLUMNS = [Column("head_dim", "D"), Column("tiles", "TILE_MxTILE_N"),
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if (problem := measure.environment_problem()):
-        print(f"The tile sweep needs a CUDA GPU that cuTile supports.\n{problem}", file=sys.stderr)
+    if (problem := measure.gpu_problem("The tile sweep needs")):
+        print(problem, file=sys.stderr)
         return 1
     rows = sweep(args)
     for head_dim in args.head_dim:

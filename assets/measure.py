@@ -6,6 +6,7 @@ median of many runs, each replayed from a CUDA graph (triton's do_bench_cudagrap
 launch overhead stays out of the number; CUDA events when triton is missing.
 """
 
+import argparse
 import csv
 import datetime
 import functools
@@ -15,9 +16,15 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
+import cuda.tile as ct
 import torch
 import torch.nn.functional as F
+from tabulate import tabulate
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..platforms import HEAD_DIMS, PLATFORMS, arch_of_capability
+from ..platforms.environment import check, find_compiler
+from ..steps import STEPS, attention
 
 # The SDPA backends we compare against, by the names the tables use.
 SDPA_BACKENDS = {
@@ -26,6 +33,8 @@ SDPA_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
+TIMED_SDPA_BACKENDS = [name for name in SDPA_BACKENDS if name != "math"]  # math: memory only
+SDPA_STEP = 0  # the step number of SDPA's rows in every result table
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -129,9 +138,7 @@ class Method:
 
 def methods(q, k, v, *, causal: bool, steps, sdpa_backends, platform=None) -> list[Method]:
     """The SDPA backends that run these inputs here, then the chosen steps."""
-    from ..steps import STEPS, attention
-
-    found = [Method(0, f"PyTorch SDPA ({backend})",
+    found = [Method(SDPA_STEP, f"PyTorch SDPA ({backend})",
                     functools.partial(sdpa, q, k, v, causal=causal, backend=backend), backend)
              for backend in sdpa_backends
              if sdpa_supports(q, k, v, causal=causal, backend=backend)]
@@ -186,21 +193,17 @@ def extra_peak_memory(fn) -> int:
 
 # --- where we ran -----------------------------------------------------------------------
 
-def environment_problem() -> str | None:
-    """The environment check's message when the kernels can't run here, else None."""
-    from ..platforms.environment import check
-
+def gpu_problem(subject: str) -> str | None:
+    """'<subject> a CUDA GPU ...' and the environment check's message when the kernels
+    can't run here (subject: "The tutorial needs"), else None."""
     report = check()
-    return report.message() if report.problems else None
+    if not report.problems:
+        return None
+    return f"{subject} a CUDA GPU that cuTile supports.\n{report.message()}"
 
 
 def run_context(platform_entry=None) -> dict:
     """GPU, architecture, platform entry used (if any) and versions, for result headers."""
-    import cuda.tile as ct
-
-    from ..platforms import arch_of_capability
-    from ..platforms.environment import find_compiler
-
     compiler = find_compiler()
     entry = {"platform_entry": platform_entry.describe()} if platform_entry else {}
     return {
@@ -212,6 +215,32 @@ def run_context(platform_entry=None) -> dict:
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
     }
+
+
+# --- command-line options the programs share ---------------------------------------------
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, sdpa_backends: list[str],
+                      iterations_help: str, sdpa_help: str) -> None:
+    """Shape, steps, platform entry and SDPA baselines, as the tutorial and the scaling
+    analysis both take them."""
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--heads", type=positive_int, default=32)
+    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
+    parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
+    parser.add_argument("--iterations", type=positive_int, default=100, help=iterations_help)
+    parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
+                        choices=sorted(STEPS), help="which steps to run (default: all)")
+    parser.add_argument("--platform", choices=sorted(PLATFORMS) + ["default"],
+                        help="use another architecture's table entry (default: this GPU's)")
+    parser.add_argument("--sdpa-backends", nargs="+", default=sdpa_backends,
+                        choices=TIMED_SDPA_BACKENDS, help=sdpa_help)
 
 
 # --- result formats ---------------------------------------------------------------------
@@ -233,8 +262,6 @@ def _cell(value, fmt: str) -> str:
 
 def format_table(rows: list[dict], columns: list[Column], tablefmt: str = "simple") -> str:
     """Rows as a text table ("simple") or a Markdown table ("github")."""
-    from tabulate import tabulate
-
     body = [[_cell(row.get(c.key), c.fmt) for c in columns] for row in rows]
     return tabulate(body, headers=[c.header for c in columns], tablefmt=tablefmt,
                     disable_numparse=True)

@@ -18,9 +18,12 @@ import datetime
 import sys
 from pathlib import Path
 
+import torch
+
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
 from cutile_fmha.assets import measure
+from cutile_fmha.platforms import arch_of_capability
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,13 +58,9 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--seq-lens", nargs="+", default=None, help="for the scaling analysis")
     args = parser.parse_args(argv)
-    if (problem := measure.environment_problem()):
-        print(f"The benchmarks need a CUDA GPU that cuTile supports.\n{problem}", file=sys.stderr)
+    if (problem := measure.gpu_problem("The benchmarks need")):
+        print(problem, file=sys.stderr)
         return 1
-    import torch
-
-    from cutile_fmha.platforms import arch_of_capability
-
     arch = arch_of_capability(*torch.cuda.get_device_capability())
     if (warning := architecture_warning(args.platform, arch, torch.cuda.get_device_name())):
         print(warning, file=sys.stderr)
