@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 
 CHECK_COMMAND = "python -m cutile_fmha.platforms.environment"
 MIN_DRIVER_CUDA = (13, 0)  # the CUDA version an r580 driver reports
-# The packages cuda.tile takes its compiler from; with all three installed it uses the
-# pip tileiras and keeps CUDA_HOME away from it.
+# The first tileiras that builds for sm_90 and every other architecture in the platform
+# tables (13.2 has no sm_90 target). pyproject.toml asks for the same lower bound.
+MIN_TILEIRAS = (13, 4)
+OLDEST_GPU = (8, 0)  # cuTile compiles for compute capability 8.0 (sm_80) and newer
+# The packages cuda.tile takes its compiler from; it uses the pip tileiras, and keeps
+# CUDA_HOME away from it, only when all three are installed at one major.minor.
 PIP_COMPILER_PACKAGES = ("nvidia-cuda-tileiras", "nvidia-cuda-nvcc", "nvidia-nvvm")
-INSTALL_COMPILER = "pip install 'cuda-tile[tileiras]'"
+INSTALL_COMPILER = "pip install -U " + " ".join(
+    f"'{package}>={MIN_TILEIRAS[0]}.{MIN_TILEIRAS[1]}'" for package in PIP_COMPILER_PACKAGES)
 
 
 class EnvironmentProblem(RuntimeError):
@@ -35,6 +40,12 @@ class Compiler:
     from_pip: bool
     version: tuple[int, int] | None
     gpu_names: tuple[str, ...]  # the architectures it compiles for ("sm_90", ...)
+    # The pip compiler packages installed (name -> version), whether cuda.tile uses them or not.
+    pip_versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def origin(self) -> str:
+        return f"{'pip package' if self.from_pip else 'PATH'}: {self.path}"
 
 
 @dataclass
@@ -81,25 +92,61 @@ def find_cuda_tool(name: str) -> str | None:
     return shutil.which(name) or pip_cuda_tool(name)
 
 
-def _pip_tileiras() -> str | None:
-    try:
-        for package in PIP_COMPILER_PACKAGES:
-            importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return pip_cuda_tool("tileiras")
+def _major_minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def pip_compiler_versions() -> dict[str, str]:
+    """The versions of the pip compiler packages that are installed."""
+    versions = {}
+    for package in PIP_COMPILER_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def pip_versions_agree(versions: dict[str, str]) -> bool:
+    """Whether cuda.tile will use the pip compiler: all three present, one major.minor."""
+    return (len(versions) == len(PIP_COMPILER_PACKAGES)
+            and len({_major_minor(v) for v in versions.values()}) == 1)
 
 
 @functools.cache
 def find_compiler() -> Compiler:
     """The tileiras cuda.tile would use: the pip package's first, then PATH's."""
-    path = _pip_tileiras()
+    pip_versions = pip_compiler_versions()
+    path = pip_cuda_tool("tileiras") if pip_versions_agree(pip_versions) else None
     from_pip = path is not None
     path = path or shutil.which("tileiras")
     if path is None:
-        return Compiler(None, False, None, ())
-    gpu_names = tuple(re.findall(r"=\s*(sm_\d+)\b", _run(path, "--help")))
-    return Compiler(path, from_pip, _release(_run(path, "--version")), gpu_names)
+        return Compiler(None, False, None, (), pip_versions)
+    return Compiler(path, from_pip, _release(_run(path, "--version")), target_archs(path),
+                    pip_versions)
+
+
+def target_archs(tileiras: str) -> tuple[str, ...]:
+    """The architectures a tileiras binary builds for ("sm_90", ...), from its --help."""
+    return tuple(re.findall(r"=\s*(sm_\d+)\b", _run(tileiras, "--help")))
+
+
+def capability_of_arch(arch: str) -> tuple[int, int]:
+    """"sm_90" -> (9, 0), "sm_121" -> (12, 1): the inverse of arch_of_capability."""
+    digits = arch.removeprefix("sm_")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def arch_problem(arch: str, compiler: Compiler) -> str | None:
+    """Why `compiler` cannot build for `arch` ("sm_90"), and the fix; None when it can."""
+    if capability_of_arch(arch) < OLDEST_GPU:
+        return (f"cuTile compiles for compute capability {OLDEST_GPU[0]}.{OLDEST_GPU[1]} "
+                f"(sm_{OLDEST_GPU[0]}{OLDEST_GPU[1]}) and newer, not {arch}.")
+    if not compiler.gpu_names or arch in compiler.gpu_names:
+        return None
+    return (f"tileiras {_dotted(compiler.version)} ({compiler.origin}) cannot build for "
+            f"{arch}: it builds for {', '.join(compiler.gpu_names)}. Fix: {INSTALL_COMPILER}")
 
 
 def cuda_home_version(cuda_home: str) -> tuple[int, int] | None:
@@ -121,13 +168,22 @@ def driver_cuda_version() -> tuple[int, int] | None:
 
 
 def _check_compiler(report: Report, compiler: Compiler) -> None:
+    pip_versions = compiler.pip_versions
+    if pip_versions and not pip_versions_agree(pip_versions):
+        found = ", ".join(f"{package} {pip_versions.get(package, 'missing')}"
+                          for package in PIP_COMPILER_PACKAGES)
+        fallback = f"tileiras from PATH ({compiler.path})" if compiler.path else "no compiler"
+        report.problems.append(
+            f"The pip compiler packages do not share one major.minor ({found}), so cuda.tile "
+            f"ignores them and uses {fallback}. Fix: {INSTALL_COMPILER}")
+        if compiler.path is None:
+            return
     if compiler.path is None:
         report.problems.append(
             f"No tileiras compiler found (neither the pip package nor on PATH). "
             f"Install it with: {INSTALL_COMPILER}")
         return
-    origin = "pip package" if compiler.from_pip else "PATH"
-    report.facts["tileiras"] = f"{_dotted(compiler.version)} ({origin}: {compiler.path})"
+    report.facts["tileiras"] = f"{_dotted(compiler.version)} ({compiler.origin})"
     cuda_home = os.environ.get("CUDA_HOME")
     if compiler.from_pip or not cuda_home:
         return
@@ -141,7 +197,7 @@ def _check_compiler(report: Report, compiler: Compiler) -> None:
             f"CUDA_HOME={cuda_home} holds CUDA {_dotted(home_version)}; tileiras then fails "
             f"with 'Return code 5 / failed to compile Tile IR program'. Fix: "
             f"`unset CUDA_HOME`, point it at the CUDA that tileiras comes from, or "
-            f"{INSTALL_COMPILER} (cuda.tile prefers that one and ignores CUDA_HOME).")
+            f"{INSTALL_COMPILER} (cuda.tile prefers those and ignores CUDA_HOME).")
 
 
 def _check_gpu(report: Report, device_index: int | None, compiler: Compiler) -> None:
@@ -168,25 +224,27 @@ def _check_gpu(report: Report, device_index: int | None, compiler: Compiler) -> 
     arch = arch_of_capability(*torch.cuda.get_device_capability(index))
     report.facts["gpu"] = f"{torch.cuda.get_device_name(index)} ({arch})"
     report.facts["platform entry"] = entry_for(arch).describe()
-    if compiler.gpu_names and arch not in compiler.gpu_names:
-        report.problems.append(
-            f"This GPU is {arch}, which tileiras {_dotted(compiler.version)} cannot compile "
-            f"for (it supports {', '.join(compiler.gpu_names)}). Use a GPU of "
-            f"compute capability 8.0 or newer, or a newer tileiras: {INSTALL_COMPILER} -U")
+    if (problem := arch_problem(arch, compiler)):
+        report.problems.append(f"This GPU is {arch}. {problem}")
 
 
-def check(device_index: int | None = None) -> Report:
-    """Every problem found on this machine (for `device_index`, or the current GPU)."""
+def check_compiler() -> Report:
+    """The compiler half of `check`: all that compiling without a GPU needs."""
     report = Report()
     try:
         import cuda.tile as ct
         report.facts["cuda-tile"] = ct.__version__
     except ImportError as error:
         report.problems.append(f"cuda.tile does not import ({error}). "
-                               f"Install it with: {INSTALL_COMPILER}")
-    compiler = find_compiler()
-    _check_compiler(report, compiler)
-    _check_gpu(report, device_index, compiler)
+                               f"Install it with: pip install -U cuda-tile")
+    _check_compiler(report, find_compiler())
+    return report
+
+
+def check(device_index: int | None = None) -> Report:
+    """Every problem found on this machine (for `device_index`, or the current GPU)."""
+    report = check_compiler()
+    _check_gpu(report, device_index, find_compiler())
     return report
 
 

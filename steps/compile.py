@@ -11,6 +11,7 @@ architecture's platform entry, exactly as the launcher would launch it there.
 import argparse
 import io
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSig
                                    ScalarConstraint, export_kernel)
 
 from ..platforms import HEAD_DIMS, PLATFORMS, entry_for
-from ..platforms.environment import find_cuda_tool
+from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .definitions import STEPS
 from .launcher import kernel_constants
 
@@ -76,9 +77,18 @@ def sass(cubin: bytes) -> str:
     return _cuobjdump(cubin, "--dump-sass")
 
 
+def arch_name(text: str) -> str:
+    """--arch's type: "sm_" and digits, the spelling cuTile takes."""
+    if not re.fullmatch(r"sm_\d{2,3}", text):
+        raise argparse.ArgumentTypeError(
+            f"expected an architecture name such as sm_90 or sm_100, got {text!r} (cuTile "
+            f"takes the plain name and uses the architecture-specific instructions itself)")
+    return text
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", action="append",
+    parser.add_argument("--arch", action="append", type=arch_name,
                         help="architecture to compile for, e.g. sm_90 (repeatable; default: "
                              "every table entry; one without an entry gets the default entry)")
     parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
@@ -88,10 +98,19 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", choices=sorted(CT_DTYPES), default="float16")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--resources", action="store_true",
-                        help="show registers, stack (spills) and shared memory per kernel")
+                        help="show registers, stack frame and shared memory per kernel (a "
+                             "stack frame is local memory: register spills or local arrays)")
     args = parser.parse_args(argv)
+    report = check_compiler()
+    if report.problems:
+        print(report.message(), file=sys.stderr)
+        return 1
     failures = 0
     for arch in args.arch or sorted(PLATFORMS):
+        if (problem := arch_problem(arch, find_compiler())):
+            failures += 1
+            print(f"{arch}: {problem}")
+            continue
         for head_dim in args.head_dim:
             for step in args.steps:
                 start = time.perf_counter()

@@ -96,6 +96,8 @@ def _validate(q, k, v, causal, scale, step, platform, out) -> float:
                          f"batch={batch}, heads={heads}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"step must be an int, one of {sorted(STEPS)}, got {type(step).__name__}")
     if step not in STEPS:
         raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
     if scale is None:

@@ -60,7 +60,37 @@ def test_pip_tileiras_ignores_cuda_home(gpu, monkeypatch):
 def test_no_tileiras(gpu, monkeypatch):
     use_compiler(monkeypatch, Compiler(None, False, None, ()))
     [problem] = check().problems
-    assert "No tileiras compiler found" in problem and "cuda-tile[tileiras]" in problem
+    assert "No tileiras compiler found" in problem and environment.INSTALL_COMPILER in problem
+
+
+def test_the_fix_asks_for_what_pyproject_asks_for():
+    from importlib.metadata import requires
+
+    wanted = {f"{package}>={environment.MIN_TILEIRAS[0]}.{environment.MIN_TILEIRAS[1]}"
+              for package in environment.PIP_COMPILER_PACKAGES}
+    assert wanted <= {r.replace(" ", "") for r in requires("cutile-fmha-playbook")}
+    assert environment.INSTALL_COMPILER == ("pip install -U 'nvidia-cuda-tileiras>=13.4' "
+                                            "'nvidia-cuda-nvcc>=13.4' 'nvidia-nvvm>=13.4'")
+
+
+MISMATCHED = {"nvidia-cuda-tileiras": "13.4.92", "nvidia-cuda-nvcc": "13.2.86",
+              "nvidia-nvvm": "13.4.92"}
+
+
+def test_pip_packages_of_different_releases_are_ignored_as_cuda_tile_does(monkeypatch):
+    monkeypatch.setattr(environment, "pip_compiler_versions", lambda: dict(MISMATCHED))
+    monkeypatch.setattr(environment.shutil, "which", lambda name, path=None: None)
+    compiler = find_compiler.__wrapped__()
+    assert compiler.path is None and compiler.pip_versions == MISMATCHED
+
+
+def test_pip_packages_of_different_releases(gpu, monkeypatch):
+    use_compiler(monkeypatch, Compiler(None, False, None, (), dict(MISMATCHED)))
+    [problem] = check().problems
+    assert ("do not share one major.minor (nvidia-cuda-tileiras 13.4.92, nvidia-cuda-nvcc "
+            "13.2.86, nvidia-nvvm 13.4.92), so cuda.tile ignores them and uses no compiler") \
+        in problem
+    assert problem.endswith(environment.INSTALL_COMPILER)
 
 
 def test_old_driver(gpu, monkeypatch):
@@ -71,12 +101,24 @@ def test_old_driver(gpu, monkeypatch):
     assert "supports CUDA 12.8; cuTile needs driver r580 or newer" in problem
 
 
-def test_architecture_the_compiler_cannot_target(gpu, monkeypatch):
+def test_tileiras_without_this_gpus_architecture(gpu, monkeypatch):
+    """tileiras 13.2, which a torch that pins CUDA 13.2 drags in, has no sm_90 target."""
+    use_compiler(monkeypatch, Compiler("/site/nvidia/cu13/bin/tileiras", True, (13, 2),
+                                       ("sm_80", "sm_89", "sm_100", "sm_120")))
+    [problem] = check().problems
+    assert problem == (
+        "This GPU is sm_90. tileiras 13.2 (pip package: /site/nvidia/cu13/bin/tileiras) cannot "
+        "build for sm_90: it builds for sm_80, sm_89, sm_100, sm_120. Fix: pip install -U "
+        "'nvidia-cuda-tileiras>=13.4' 'nvidia-cuda-nvcc>=13.4' 'nvidia-nvvm>=13.4'")
+
+
+def test_gpu_older_than_cutile_supports(gpu, monkeypatch):
     use_compiler(monkeypatch, PATH_TILEIRAS)
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (7, 5))
     [problem] = check().problems
-    assert "This GPU is sm_75, which tileiras 13.4 cannot compile for" in problem
+    assert problem == ("This GPU is sm_75. cuTile compiles for compute capability 8.0 (sm_80) "
+                       "and newer, not sm_75.")
 
 
 def test_no_gpu(monkeypatch):
@@ -98,7 +140,7 @@ def test_the_installed_compiler_is_found_and_read():
     compiler = find_compiler()
     if compiler.path is None:
         pytest.skip("tileiras is not installed")
-    assert compiler.version is not None and compiler.version >= (13, 1)
+    assert compiler.version is not None and compiler.version >= environment.MIN_TILEIRAS
     assert "sm_90" in compiler.gpu_names
 
 

@@ -89,10 +89,17 @@ def test_bad_scale(scale, error):
         attention(q, k, v, scale=scale)
 
 
-@pytest.mark.parametrize("step", [0, 7, "6"])
+@pytest.mark.parametrize("step", [0, 7])
 def test_unknown_step(step):
     q, k, v = qkv()
     with pytest.raises(ValueError, match=r"step must be one of \[1, 2, 3, 4, 5, 6\]"):
+        attention(q, k, v, step=step)
+
+
+@pytest.mark.parametrize("step", [True, 1.0, "6", None])
+def test_step_that_is_not_an_int(step):
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=f"step must be an int, .* got {type(step).__name__}"):
         attention(q, k, v, step=step)
 
 
