@@ -17,6 +17,7 @@ import torch
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
 from cutile_fmha.steps import attention, plan_launch
+from cutile_fmha.steps.reference import reference_errors
 
 COLUMNS = [
     Column("step", "Step"),
@@ -39,7 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="compare every output with a float64 reference")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the results as Markdown")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    measure.check_run_arguments(parser, args)
+    return args
 
 
 def columns_for(backends: list[str], correctness: bool) -> list[Column]:
@@ -67,18 +70,16 @@ def _check(method, q, k, v, causal, platform) -> float:
     else:
         out = attention(q, k, v, causal=causal, step=method.step, platform=platform,
                         out=torch.full_like(q, float("nan")))
-    return measure.reference_error(out, q, k, v, causal=causal)
+    return reference_errors(out, q, k, v, causal=causal)[0]
 
 
 def run(args) -> tuple[dict, list[dict]]:
     """Times SDPA's backends and the chosen steps; returns (context, rows)."""
     shape = measure.Shape(args.batch, args.heads, args.seq_len, args.seq_len, args.head_dim,
-                          args.causal, args.dtype)
+                          args.causal, args.dtype, args.kv_heads)
     q, k, v = measure.make_inputs(shape)
     entry = plan_launch(q, k, v, causal=shape.causal, platform=args.platform).entry
-    context = measure.run_context(entry) | {
-        "shape": f"B={shape.batch} H={shape.heads} N={shape.q_len} D={shape.head_dim} "
-                 f"{shape.dtype} {'causal' if shape.causal else 'non-causal'}"}
+    context = measure.run_context(entry) | {"shape": measure.describe_shape(shape)}
     found = measure.methods(q, k, v, causal=shape.causal, steps=args.steps,
                             sdpa_backends=args.sdpa_backends, platform=args.platform)
     for backend in set(args.sdpa_backends) - {m.backend for m in found}:
@@ -88,8 +89,8 @@ def run(args) -> tuple[dict, list[dict]]:
         errors = [_check(method, q, k, v, shape.causal, args.platform) for method in found]
         sdpa_errors = [e for m, e in zip(found, errors) if m.step == measure.SDPA_STEP]
         # With no SDPA backend timed, PyTorch's own choice sets the bar.
-        bar = min(sdpa_errors) if sdpa_errors else measure.reference_error(
-            measure.sdpa(q, k, v, causal=shape.causal), q, k, v, causal=shape.causal)
+        bar = min(sdpa_errors) if sdpa_errors else reference_errors(
+            measure.sdpa(q, k, v, causal=shape.causal), q, k, v, causal=shape.causal)[0]
         for row, error in zip(rows, errors):
             row["max_error"] = error
             row["correct"] = "reference" if row["step"] == measure.SDPA_STEP else \

@@ -44,7 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=Path,
                         default=Path("results") / f"scaling-{datetime.date.today()}")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    measure.check_run_arguments(parser, args)
+    return args
 
 
 class Progress:
@@ -92,7 +94,8 @@ def _peak_mib_or_oom(fn) -> float | str:
 
 
 def sweep(args) -> list[dict]:
-    shapes = [measure.Shape(args.batch, args.heads, n, n, args.head_dim, causal, args.dtype)
+    shapes = [measure.Shape(args.batch, args.heads, n, n, args.head_dim, causal, args.dtype,
+                            args.kv_heads)
               for causal in CAUSAL_MODES[args.causal] for n in args.seq_lens]
     per_point = len(args.steps) + len(args.sdpa_backends) + 1  # + the math backend
     progress = Progress([shape.flops for shape in shapes for _ in range(per_point)])
@@ -234,7 +237,8 @@ def main(argv=None) -> int:
         return 1
     arch = arch_of_capability(*torch.cuda.get_device_capability())
     context = measure.run_context(entry_for(args.platform or arch)) | {
-        "shape": f"B={args.batch} H={args.heads} D={args.head_dim} {args.dtype}"}
+        "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)} "
+                 f"D={args.head_dim} {args.dtype}"}
     rows = sweep(args)
     written = write_outputs(rows, args, context)
     print(report(rows, args, context))

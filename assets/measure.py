@@ -11,7 +11,6 @@ import csv
 import datetime
 import functools
 import json
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Callable
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 from ..platforms import HEAD_DIMS, PLATFORMS, arch_of_capability
 from ..platforms.environment import check, find_compiler
@@ -45,8 +45,9 @@ class Shape:
     q_len: int
     k_len: int
     head_dim: int
-    causal: bool
+    causal: bool | str  # False, True ("top_left") or "bottom_right", as the launcher takes it
     dtype: str = "float16"
+    kv_heads: int | None = None  # K/V heads (grouped-query attention); None: as many as heads
 
     @property
     def flops(self) -> float:
@@ -69,36 +70,13 @@ def make_inputs(shape: Shape, seed: int = 0, device="cuda"):
     generator = torch.Generator(device=device).manual_seed(seed)
     dtype = DTYPES[shape.dtype]
 
-    def randn(length):
-        return torch.randn(shape.batch, shape.heads, length, shape.head_dim,
+    def randn(heads, length):
+        return torch.randn(shape.batch, heads, length, shape.head_dim,
                            generator=generator, device=device, dtype=dtype)
 
-    return randn(shape.q_len), randn(shape.k_len), randn(shape.k_len)
-
-
-def reference(q, k, v, *, causal: bool, scale: float | None = None) -> torch.Tensor:
-    """Attention in float64 (causal top-left aligned, as SDPA's is_causal)."""
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
-    if causal:
-        visible = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~visible, -math.inf)
-    return torch.softmax(scores, dim=-1) @ v.double()
-
-
-def reference_error(out, q, k, v, *, causal: bool, max_scores: int = 1 << 28) -> float:
-    """Largest |out - float64 reference|, a few heads at a time so the float64 score
-    matrices stay under `max_scores` elements. NaN anywhere in `out` gives NaN."""
-    heads_per_chunk = max(1, max_scores // (q.shape[2] * k.shape[2]))
-    flat = [t.flatten(0, 1).unsqueeze(0) for t in (out, q, k, v)]
-    worst = 0.0
-    for start in range(0, flat[0].shape[1], heads_per_chunk):
-        o, q_, k_, v_ = (t[:, start:start + heads_per_chunk] for t in flat)
-        error = (o.double() - reference(q_, k_, v_, causal=causal)).abs().max().item()
-        worst = max(worst, error) if not math.isnan(error) else math.nan
-        if math.isnan(worst):
-            break
-    return worst
+    kv_heads = shape.kv_heads or shape.heads
+    return randn(shape.heads, shape.q_len), randn(kv_heads, shape.k_len), \
+        randn(kv_heads, shape.k_len)
 
 
 TOLERANCE_EPSILON = {torch.float16: 1e-3, torch.bfloat16: 4e-3}  # about half an ulp at 1.0
@@ -109,15 +87,22 @@ def within_tolerance(error: float, sdpa_error: float, dtype: torch.dtype) -> boo
     return error <= 2 * sdpa_error + TOLERANCE_EPSILON[dtype]
 
 
-def sdpa(q, k, v, *, causal: bool, backend: str | None = None):
-    """PyTorch SDPA with one backend forced (None: PyTorch's own choice)."""
+def sdpa(q, k, v, *, causal: bool | str, backend: str | None = None):
+    """PyTorch SDPA on the same problem, with one backend forced (None: PyTorch's own
+    choice): grouped-query heads through enable_gqa, "bottom_right" through
+    causal_lower_right."""
+    options = {"enable_gqa": q.shape[1] != k.shape[1]}
+    if causal == "bottom_right":
+        options["attn_mask"] = causal_lower_right(q.shape[2], k.shape[2])
+    else:
+        options["is_causal"] = bool(causal)
     if backend is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, **options)
     with sdpa_kernel(SDPA_BACKENDS[backend]):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, **options)
 
 
-def sdpa_supports(q, k, v, *, causal: bool, backend: str) -> bool:
+def sdpa_supports(q, k, v, *, causal: bool | str, backend: str) -> bool:
     """Whether `backend` runs these inputs on this GPU (it raises when it can't)."""
     try:
         sdpa(q, k, v, causal=causal, backend=backend)
@@ -136,7 +121,7 @@ class Method:
     backend: str | None = None  # the SDPA backend, for step 0
 
 
-def methods(q, k, v, *, causal: bool, steps, sdpa_backends, platform=None) -> list[Method]:
+def methods(q, k, v, *, causal: bool | str, steps, sdpa_backends, platform=None) -> list[Method]:
     """The SDPA backends that run these inputs here, then the chosen steps."""
     found = [Method(SDPA_STEP, f"PyTorch SDPA ({backend})",
                     functools.partial(sdpa, q, k, v, causal=causal, backend=backend), backend)
@@ -232,6 +217,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, sdpa_backends: list[st
     analysis both take them."""
     parser.add_argument("--batch", type=positive_int, default=4)
     parser.add_argument("--heads", type=positive_int, default=32)
+    parser.add_argument("--kv-heads", type=positive_int, default=None,
+                        help="K/V heads for grouped-query attention, dividing --heads "
+                             "(default: as many as --heads)")
     parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
     parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
     parser.add_argument("--iterations", type=positive_int, default=100, help=iterations_help)
@@ -241,6 +229,26 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, sdpa_backends: list[st
                         help="use another architecture's table entry (default: this GPU's)")
     parser.add_argument("--sdpa-backends", nargs="+", default=sdpa_backends,
                         choices=TIMED_SDPA_BACKENDS, help=sdpa_help)
+
+
+def check_run_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What add_run_arguments' options cannot check one by one."""
+    if args.kv_heads is not None and args.heads % args.kv_heads:
+        parser.error(f"--kv-heads must divide --heads, got {args.kv_heads} and {args.heads}")
+
+
+def describe_heads(heads: int, kv_heads: int | None) -> str:
+    """"H=32", or "H=32 (K/V heads 8)" for grouped-query attention."""
+    return f"H={heads}" + (f" (K/V heads {kv_heads})" if kv_heads not in (None, heads) else "")
+
+
+def describe_shape(shape: Shape) -> str:
+    """"B=4 H=32 (K/V heads 8) N=2048 D=128 float16 causal", for result headers."""
+    lengths = f"N={shape.q_len}" if shape.q_len == shape.k_len else \
+        f"q_len={shape.q_len} k_len={shape.k_len}"
+    causal = {False: "non-causal", True: "causal"}.get(shape.causal, f"causal {shape.causal}")
+    return (f"B={shape.batch} {describe_heads(shape.heads, shape.kv_heads)} {lengths} "
+            f"D={shape.head_dim} {shape.dtype} {causal}")
 
 
 # --- result formats ---------------------------------------------------------------------

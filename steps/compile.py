@@ -18,37 +18,23 @@ import tempfile
 import time
 
 import cuda.tile as ct
-from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
-                                   ScalarConstraint, export_kernel)
+from cuda.tile.compilation import export_kernel
 
 from ..platforms import HEAD_DIMS, PLATFORMS, entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .definitions import STEPS
-from .launcher import kernel_constants
+from .family import FORWARD, forward_constants
 
 CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
 
 
-def _tensor(dtype) -> ArrayConstraint:
-    """A contiguous 4-d tensor, 16-byte aligned, as PyTorch allocates them."""
-    elements_per_16_bytes = 8  # two-byte dtypes only
-    return ArrayConstraint(dtype, 4, index_dtype=ct.int32, stride_lower_bound_incl=0,
-                           alias_groups=(), may_alias_internally=False,
-                           stride_constant=(None, None, None, 1),
-                           stride_divisible_by=(elements_per_16_bytes,) * 3 + (1,),
-                           base_addr_divisible_by=16)
-
-
-def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: bool) -> bytes:
+def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: bool,
+                 write_lse: bool = False) -> bytes:
     """The cubin of `step` for `arch`, at that architecture's table entry."""
-    tiles = entry_for(arch).tile_for(head_dim)
-    tensor = _tensor(CT_DTYPES[dtype])
-    signature = KernelSignature(
-        [tensor] * 4 + [ScalarConstraint(ct.float32)]
-        + list(kernel_constants(head_dim, tiles, causal)),
-        CallingConvention.cutile_python_v1())
+    constants = forward_constants(head_dim, entry_for(arch).tile_for(head_dim), causal, write_lse)
     buffer = io.BytesIO()
-    export_kernel(STEPS[step].kernel, [signature], buffer, gpu_code=arch, output_format="cubin")
+    export_kernel(STEPS[step].kernel, [FORWARD.signature(CT_DTYPES[dtype], constants)], buffer,
+                  gpu_code=arch, output_format="cubin")
     return buffer.getvalue()
 
 
@@ -97,6 +83,8 @@ def main(argv=None) -> int:
                         choices=HEAD_DIMS)
     parser.add_argument("--dtype", choices=sorted(CT_DTYPES), default="float16")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--lse", action="store_true",
+                        help="the variant that also writes the log-sum-exp")
     parser.add_argument("--resources", action="store_true",
                         help="show registers, stack frame and shared memory per kernel (a "
                              "stack frame is local memory: register spills or local arrays)")
@@ -115,8 +103,8 @@ def main(argv=None) -> int:
             for step in args.steps:
                 start = time.perf_counter()
                 try:
-                    cubin = compile_step(step, arch, dtype=args.dtype,
-                                         head_dim=head_dim, causal=args.causal)
+                    cubin = compile_step(step, arch, dtype=args.dtype, head_dim=head_dim,
+                                         causal=args.causal, write_lse=args.lse)
                 except Exception as error:  # report every failure, keep going
                     failures += 1
                     print(f"{arch} D={head_dim} step {step}: FAILED {type(error).__name__}: "

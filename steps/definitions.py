@@ -36,3 +36,8 @@ STEPS: dict[int, Step] = {
     )
 }
 FINAL_STEP = max(STEPS)
+
+
+def step_of(module) -> Step:
+    """The step whose idea is the kernel module `module` (name steps by idea, not number)."""
+    return next(step for step in STEPS.values() if step.module is module)

@@ -3,6 +3,8 @@
 Everything that depends on shapes lives here, so each step's kernel is only the
 algorithm. ``plan_launch`` does all the work up to the launch, the environment check
 included (benchmarks time only ``LaunchPlan.launch``); ``attention`` is plan + launch.
+The drop-in for ``scaled_dot_product_attention`` (``cutile_fmha.attention``) is built
+on the same plan.
 """
 
 import functools
@@ -15,9 +17,14 @@ import torch
 from ..platforms import HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape, arch_of_capability, entry_for
 from ..platforms.environment import CHECK_COMMAND, require_environment
 from .definitions import FINAL_STEP, STEPS
+from .family import FORWARD, forward_constants
 
 DTYPES = (torch.float16, torch.bfloat16)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid.y (heads) and grid.z (batch)
+# causal=True means "top_left", SDPA's is_causal: query i sees keys 0..i. "bottom_right"
+# aligns the diagonal with the last key (query i sees keys 0..i + k_len - q_len), as a
+# KV-cache prefill, flash-attn and torch.nn.attention.bias.causal_lower_right do.
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class LaunchPlan:
     grid: tuple[int, int, int]
     args: tuple
     out: torch.Tensor
+    lse: torch.Tensor | None  # (batch, heads, q_len) float32, filled by launch(); or None
     entry: PlatformEntry
     tiles: TileShape
 
@@ -34,14 +42,24 @@ class LaunchPlan:
         return self.out
 
 
-def kernel_constants(head_dim: int, tiles: TileShape, causal: bool) -> tuple:
-    """The kernel's compile-time parameters (TILE_D, TILE_M, TILE_N, CAUSAL)."""
-    return head_dim, tiles.tile_m, tiles.tile_n, causal
+@dataclass(frozen=True)
+class Names:
+    """What the caller calls the tensors, for error messages."""
+    q: str = "q"
+    k: str = "k"
+    v: str = "v"
+    out: str = "out"
 
 
 @functools.cache
 def _kernel_with_occupancy(step_number: int, occupancy: int):
     return STEPS[step_number].kernel.replace_hints(occupancy=occupancy)
+
+
+@functools.cache
+def _unused_lse(device: torch.device) -> torch.Tensor:
+    """The Lse argument of a launch that writes none (WRITE_LSE=False never touches it)."""
+    return torch.empty((1, 1, 1), dtype=torch.float32, device=device)
 
 
 def _check_tensor(name: str, t) -> None:
@@ -66,67 +84,97 @@ def _check_devices(named_tensors) -> None:
                 f"; no CUDA GPU is visible here (check with: {CHECK_COMMAND})"
             raise ValueError(f"{name} must be on a CUDA device, got {t.device}{hint}")
         if t.device != first.device:
-            raise ValueError(f"q, k, v and out must be on one device: {first_name} is on "
+            all_names = ", ".join(n for n, _ in named_tensors)
+            raise ValueError(f"{all_names} must be on one device: {first_name} is on "
                              f"{first.device}, {name} is on {t.device}")
 
 
-def _validate(q, k, v, causal, scale, step, platform, out) -> float:
-    """Checks every argument; returns the softmax scale to use."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
+def _check_shapes(q, k, v, n: Names) -> None:
+    for name, t in ((n.q, q), (n.k, k), (n.v, v)):
         _check_tensor(name, t)
-    for name, t in (("k", k), ("v", v)):
+    for name, t in ((n.k, k), (n.v, v)):
         if t.dtype != q.dtype:
-            raise TypeError(f"q, k and v must share one dtype: q is {q.dtype}, {name} is {t.dtype}")
-        for dim, what in ((0, "batch size"), (1, "head count"), (3, "head dim")):
+            raise TypeError(f"{n.q}, {n.k} and {n.v} must share one dtype: {n.q} is {q.dtype}, "
+                            f"{name} is {t.dtype}")
+        for dim, what in ((0, "batch size"), (3, "head dim")):
             if t.shape[dim] != q.shape[dim]:
-                raise ValueError(f"{name} must match q's {what}: q has shape {tuple(q.shape)}, "
-                                 f"{name} has {tuple(t.shape)}")
-    if k.shape[2] != v.shape[2]:
-        raise ValueError(f"k and v must have the same sequence length, got {k.shape[2]} and "
-                         f"{v.shape[2]}")
+                raise ValueError(f"{name} must match {n.q}'s {what}: {n.q} has shape "
+                                 f"{tuple(q.shape)}, {name} has {tuple(t.shape)}")
+    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+        raise ValueError(f"{n.k} and {n.v} must have the same heads and sequence length, got "
+                         f"shapes {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"{n.q}'s head count must be a multiple of {n.k}'s and {n.v}'s "
+                         f"(grouped-query attention), got {q.shape[1]} and {k.shape[1]}")
     batch, heads, q_len, head_dim = q.shape
     if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head dim (last dimension of q, k, v) must be one of {HEAD_DIMS}, "
-                         f"got {head_dim}")
+        raise ValueError(f"head dim (last dimension of {n.q}, {n.k}, {n.v}) must be one of "
+                         f"{HEAD_DIMS}, got {head_dim}")
     if min(batch, heads, q_len, k.shape[2]) < 1:
         raise ValueError(f"batch, heads and sequence lengths must be at least 1, got "
-                         f"q {tuple(q.shape)}, k {tuple(k.shape)}")
+                         f"{n.q} {tuple(q.shape)}, {n.k} {tuple(k.shape)}")
     if batch > MAX_GRID_YZ or heads > MAX_GRID_YZ:
         raise ValueError(f"batch and heads must each be at most {MAX_GRID_YZ}, got "
                          f"batch={batch}, heads={heads}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+
+
+def causal_query_offset(causal, q_len: int, k_len: int) -> int | None:
+    """The kernels' query_offset for `causal` (False, True, "top_left" or
+    "bottom_right"), or None when not causal."""
+    if causal is False:
+        return None
+    if causal is True or causal == "top_left":
+        return 0
+    if causal == "bottom_right":
+        return k_len - q_len
+    raise ValueError(f"causal must be False, True or one of {CAUSAL_ALIGNMENTS}, got {causal!r}")
+
+
+def softmax_scale(scale, head_dim: int) -> float:
+    """`scale`, checked, or SDPA's default 1/sqrt(head_dim)."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    # The kernels take the row maximum before scaling, which needs scale > 0.
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number or None, got {scale}")
+    return float(scale)
+
+
+def _check_step_and_platform(step, platform) -> None:
     if isinstance(step, bool) or not isinstance(step, int):
         raise TypeError(f"step must be an int, one of {sorted(STEPS)}, got {type(step).__name__}")
     if step not in STEPS:
         raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    # The kernels take the row maximum before scaling, which needs scale > 0.
-    elif not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number or None, got {scale}")
     if not (platform is None or isinstance(platform, PlatformEntry) or platform == "default"
             or platform in PLATFORMS):
         raise ValueError(f"platform must be one of {sorted(PLATFORMS)}, 'default', a "
                          f"PlatformEntry or None, got {platform!r}")
-    named = [("q", q), ("k", k), ("v", v)]
+
+
+def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
+               names: Names = Names()) -> LaunchPlan:
+    """plan_launch, naming the tensors as the caller does in its errors."""
+    _check_shapes(q, k, v, names)
+    if not (isinstance(causal, bool) or isinstance(causal, str)):
+        raise TypeError(f"causal must be a bool or one of {CAUSAL_ALIGNMENTS}, got "
+                        f"{type(causal).__name__}")
+    batch, heads, q_len, head_dim = q.shape
+    query_offset = causal_query_offset(causal, q_len, k.shape[2])
+    scale = softmax_scale(scale, head_dim)
+    _check_step_and_platform(step, platform)
+    if not isinstance(with_lse, bool):
+        raise TypeError(f"with_lse must be a bool, got {type(with_lse).__name__}")
+    named = [(names.q, q), (names.k, k), (names.v, v)]
     if out is not None:
-        _check_tensor("out", out)
+        _check_tensor(names.out, out)
         if out.shape != q.shape or out.dtype != q.dtype:
-            raise ValueError(f"out must have q's shape and dtype ({tuple(q.shape)}, {q.dtype}), "
-                             f"got {tuple(out.shape)}, {out.dtype}")
-        named.append(("out", out))
+            raise ValueError(f"{names.out} must have {names.q}'s shape and dtype "
+                             f"({tuple(q.shape)}, {q.dtype}), got {tuple(out.shape)}, {out.dtype}")
+        named.append((names.out, out))
     _check_devices(named)
-    return float(scale)
 
-
-def plan_launch(q, k, v, *, causal: bool = False, scale: float | None = None,
-                step: int = FINAL_STEP, platform: str | PlatformEntry | None = None,
-                out: torch.Tensor | None = None) -> LaunchPlan:
-    """Validates the arguments and prepares one launch; see ``attention``."""
-    scale = _validate(q, k, v, causal, scale, step, platform, out)
     require_environment(q.device.index)
     device_arch = arch_of_capability(*torch.cuda.get_device_capability(q.device))
     entry = platform if isinstance(platform, PlatformEntry) else entry_for(platform or device_arch)
@@ -136,26 +184,40 @@ def plan_launch(q, k, v, *, causal: bool = False, scale: float | None = None,
     # for; another architecture's entry must bring its own occupancy along.
     if step_def.uses_table_occupancy and entry is not entry_for(device_arch):
         kernel = _kernel_with_occupancy(step, entry.occupancy)
-
-    batch, heads, q_len, head_dim = q.shape
     if head_dim not in entry.tiles:
         raise ValueError(f"platform entry {entry.arch} has no tile shape for head dim {head_dim}")
     tiles = entry.tile_for(head_dim)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    grid = (math.ceil(q_len / tiles.tile_m), heads, batch)
-    args = (q, k, v, out, scale) + kernel_constants(head_dim, tiles, causal)
-    return LaunchPlan(kernel, grid, args, out, entry, tiles)
+    lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device) \
+        if with_lse else None
+    values = {"Q": q, "K": k, "V": v, "Out": out,
+              "Lse": lse if with_lse else _unused_lse(q.device), "qk_scale": scale,
+              "query_offset": query_offset or 0,
+              **forward_constants(head_dim, tiles, query_offset is not None, with_lse)}
+    return LaunchPlan(kernel, FORWARD.grid(values), FORWARD.arguments(values), out, lse,
+                      entry, tiles)
 
 
-def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
+def plan_launch(q, k, v, *, causal: bool | str = False, scale: float | None = None,
+                step: int = FINAL_STEP, platform: str | PlatformEntry | None = None,
+                out: torch.Tensor | None = None, with_lse: bool = False) -> LaunchPlan:
+    """Validates the arguments and prepares one launch; see ``attention``.
+    with_lse: also write each query row's log-sum-exp to ``plan.lse``."""
+    return build_plan(q, k, v, causal=causal, scale=scale, step=step, platform=platform,
+                      out=out, with_lse=with_lse)
+
+
+def attention(q, k, v, *, causal: bool | str = False, scale: float | None = None,
               step: int = FINAL_STEP, platform: str | PlatformEntry | None = None,
               out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v with one of the tutorial's kernels.
 
-    q: (batch, heads, q_len, D); k, v: (batch, heads, k_len, D); float16 or bfloat16 on
-    one CUDA device, last dimension contiguous; D in (64, 128, 256).
-    causal: query i sees keys 0..i (top-left aligned, as SDPA's ``is_causal``).
+    q: (batch, heads, q_len, D); k, v: (batch, kv_heads, k_len, D), kv_heads dividing
+    heads (grouped-query attention: query head h reads K/V head h // (heads // kv_heads));
+    float16 or bfloat16 on one CUDA device, last dimension contiguous; D in (64, 128, 256).
+    causal: False; True or "top_left" (query i sees keys 0..i, SDPA's ``is_causal``);
+        "bottom_right" (query i sees keys 0..i + k_len - q_len; rows that see no key give 0).
     scale: softmax scale, default 1/sqrt(D).
     step: which kernel (1 = basic ... 6 = all optimizations).
     platform: take tile sizes and occupancy from another architecture's table entry

@@ -1,9 +1,10 @@
 """The kernels' algorithm in NumPy float64, block for block.
 
-Same grid, same loop bounds (num_k_tiles, mask_start), same masking and the same
-online-softmax updates as the cuTile kernels, in the exp form of step 1 and the exp2
-form of steps 2-6, so its agreement with plain softmax attention checks the blocking
-itself, on any machine.
+Same grid, same loop bounds (num_k_tiles, mask_start), same masking (the causal diagonal
+moved by query_offset) and the same online-softmax updates as the cuTile kernels, in the
+exp form of step 1 and the exp2 form of steps 2-6, with the same epilogue (rows that see
+no key give 0 and log-sum-exp -inf), so its agreement with plain softmax attention
+checks the blocking itself, on any machine.
 """
 
 import math
@@ -21,15 +22,17 @@ def _load_rows(x: np.ndarray, start: int, rows: int) -> np.ndarray:
     return tile
 
 
-def tiled_attention(q, k, v, *, scale, causal, tile_m, tile_n, use_exp2):
-    """One (batch, head): q (q_len, D), k and v (k_len, D) -> (q_len, D)."""
+def tiled_attention(q, k, v, *, scale, query_offset, tile_m, tile_n, use_exp2):
+    """One (batch, head): q (q_len, D), k and v (k_len, D) -> (out (q_len, D), lse (q_len,)).
+    query_offset: None (not causal), or query i sees keys j <= i + query_offset."""
     q_len, k_len = len(q), len(k)
-    out = np.full_like(q, np.nan)
+    causal = query_offset is not None
+    out, lse = np.full_like(q, np.nan), np.full(q_len, np.nan)
     for q_tile in range(math.ceil(q_len / tile_m)):  # one CTA each
-        offs_m = q_tile * tile_m + np.arange(tile_m)[:, None]
+        last_key = q_tile * tile_m + (query_offset or 0) + np.arange(tile_m)[:, None]
         if causal:
-            num_k_tiles = math.ceil(min((q_tile + 1) * tile_m, k_len) / tile_n)
-            mask_start = min(q_tile * tile_m // tile_n, k_len // tile_n)
+            num_k_tiles = math.ceil(min((q_tile + 1) * tile_m + query_offset, k_len) / tile_n)
+            mask_start = min((q_tile * tile_m + query_offset) // tile_n, k_len // tile_n)
         else:
             num_k_tiles = math.ceil(k_len / tile_n)
             mask_start = k_len // tile_n
@@ -45,29 +48,33 @@ def tiled_attention(q, k, v, *, scale, causal, tile_m, tile_n, use_exp2):
                 offs_n = j * tile_n + np.arange(tile_n)[None, :]
                 visible = offs_n < k_len
                 if causal:
-                    visible = visible & (offs_m >= offs_n)
+                    visible = visible & (last_key >= offs_n)
                 qk = np.where(visible, qk, -np.inf)
-            if use_exp2:
-                m_ij = np.maximum(m_i, qk.max(axis=-1, keepdims=True) * scale * LOG2_E)
-                p = np.exp2(qk * scale * LOG2_E - m_ij)
-                alpha = np.exp2(m_i - m_ij)
-            else:
-                m_ij = np.maximum(m_i, qk.max(axis=-1, keepdims=True))
-                p = np.exp(qk - m_ij)
-                alpha = np.exp(m_i - m_ij)
+            # A row that has seen no key yet computes -inf - -inf = NaN, as the kernels do;
+            # the epilogue replaces it.
+            with np.errstate(invalid="ignore"):
+                if use_exp2:
+                    m_ij = np.maximum(m_i, qk.max(axis=-1, keepdims=True) * scale * LOG2_E)
+                    p = np.exp2(qk * scale * LOG2_E - m_ij)
+                    alpha = np.exp2(m_i - m_ij)
+                else:
+                    m_ij = np.maximum(m_i, qk.max(axis=-1, keepdims=True))
+                    p = np.exp(qk - m_ij)
+                    alpha = np.exp(m_i - m_ij)
             l_i = l_i * alpha + p.sum(axis=-1, keepdims=True)
             v_blk = np.nan_to_num(_load_rows(v, j * tile_n, tile_n), nan=0.0)  # zero padding
             acc = acc * alpha + p @ v_blk
             m_i = m_ij
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tile_out = acc / l_i
+            tile_lse = m_i + np.log2(l_i) if use_exp2 else m_i + np.log(l_i)
+        if use_exp2:
+            tile_lse = tile_lse * math.log(2)
+        if causal:
+            sees_a_key = last_key >= 0
+            tile_out = np.where(sees_a_key, tile_out, 0.0)
+            tile_lse = np.where(sees_a_key, tile_lse, -np.inf)
         rows = slice(q_tile * tile_m, min((q_tile + 1) * tile_m, q_len))
-        out[rows] = (acc / l_i)[: rows.stop - rows.start]  # the store drops padding rows
-    return out
-
-
-def reference_attention(q, k, v, *, scale, causal):
-    """Plain softmax(q k^T * scale) v; causal is top-left aligned (SDPA's is_causal)."""
-    scores = (q @ k.T) * scale
-    if causal:
-        scores = np.where(np.tril(np.ones((len(q), len(k)), dtype=bool)), scores, -np.inf)
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+        out[rows] = tile_out[: rows.stop - rows.start]  # the store drops padding rows
+        lse[rows] = tile_lse[: rows.stop - rows.start, 0]
+    return out, lse

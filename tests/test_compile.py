@@ -2,35 +2,41 @@
 
 Each case exports a cubin with the architecture's own table entry (tile sizes and
 occupancy), as the launcher would launch it there. Hopper (sm_90), the architecture we
-measure on, gets the full grid; the others get three cases per step that together cover
-every head dim, both dtypes and causal and not.
+measure on, gets the full grid of head dims, dtypes and causal or not, and the variant
+that writes the log-sum-exp for the covering cases; the others get the covering cases:
+three per step that together cover every head dim, both dtypes, causal and not, and the
+log-sum-exp variant.
 """
 
 import pytest
 
 from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, PLATFORMS, entry_for
-from cutile_fmha.platforms.environment import find_compiler
+from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import STEPS
+from cutile_fmha.steps import compile as compile_module
 from cutile_fmha.steps.compile import compile_step
+from cutile_fmha.steps.compile import main as compile_main
 
 FULL_GRID_ARCH = "sm_90"
 # An architecture without a table entry, to compile the default entry.
 DEFAULT_ENTRY_ARCH = "sm_86"
-COVERING_CASES = [(64, "float16", True), (128, "bfloat16", False), (256, "bfloat16", True)]
+# (head dim, dtype, causal, write_lse)
+COVERING_CASES = [(64, "float16", True, False), (128, "bfloat16", False, True),
+                  (256, "bfloat16", True, True)]
+FULL_GRID = [(d, t, c, False) for d in HEAD_DIMS for t in ("float16", "bfloat16")
+             for c in (False, True)]
 
 
 def _cases():
     for arch in sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH]:
         for step in sorted(STEPS):
+            combos = COVERING_CASES
             if arch == FULL_GRID_ARCH:
-                combos = [(d, t, c) for d in HEAD_DIMS for t in ("float16", "bfloat16")
-                          for c in (False, True)]
-            else:
-                combos = COVERING_CASES
-            for head_dim, dtype, causal in combos:
-                yield pytest.param(arch, step, head_dim, dtype, causal,
+                combos = FULL_GRID + [case for case in COVERING_CASES if case[3]]
+            for head_dim, dtype, causal, write_lse in combos:
+                yield pytest.param(arch, step, head_dim, dtype, causal, write_lse,
                                    id=f"{arch}-step{step}-d{head_dim}-{dtype}-"
-                                      f"{'causal' if causal else 'full'}")
+                                      f"{'causal' if causal else 'full'}{'-lse' if write_lse else ''}")
 
 
 pytestmark = pytest.mark.skipif(find_compiler().path is None, reason="tileiras is not installed")
@@ -40,7 +46,30 @@ def test_default_entry_arch_has_no_entry_of_its_own():
     assert entry_for(DEFAULT_ENTRY_ARCH) is DEFAULT
 
 
-@pytest.mark.parametrize("arch,step,head_dim,dtype,causal", list(_cases()))
-def test_step_compiles(arch, step, head_dim, dtype, causal):
-    cubin = compile_step(step, arch, dtype=dtype, head_dim=head_dim, causal=causal)
+@pytest.mark.parametrize("arch,step,head_dim,dtype,causal,write_lse", list(_cases()))
+def test_step_compiles(arch, step, head_dim, dtype, causal, write_lse):
+    cubin = compile_step(step, arch, dtype=dtype, head_dim=head_dim, causal=causal,
+                         write_lse=write_lse)
     assert cubin[:4] == b"\x7fELF", "export_kernel did not produce a cubin"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--arch", "sm_100a"], "expected an architecture name such as sm_90 or sm_100, got 'sm_100a'"),
+    (["--arch", "sm_90x"], "expected an architecture name"),
+])
+def test_compile_command_refuses_misspelled_architectures(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        compile_main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_compile_command_names_architectures_it_cannot_build(capsys, monkeypatch):
+    monkeypatch.setattr(compile_module, "find_compiler", lambda: Compiler(
+        "/site/nvidia/cu13/bin/tileiras", True, (13, 2), ("sm_80", "sm_100")))
+    assert compile_main(["--arch", "sm_75", "--arch", "sm_90", "--steps", "1"]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "sm_75: cuTile compiles for compute capability 8.0 (sm_80) and newer, not sm_75.",
+        "sm_90: tileiras 13.2 (pip package: /site/nvidia/cu13/bin/tileiras) cannot build for "
+        "sm_90: it builds for sm_80, sm_100. Fix: pip install -U 'nvidia-cuda-tileiras>=13.4' "
+        "'nvidia-cuda-nvcc>=13.4' 'nvidia-nvvm>=13.4'"]

@@ -2,29 +2,57 @@
 
 Outputs are poisoned with NaN before each launch, so an element the kernel never
 wrote fails. A step passes when its largest error against float64 is at most twice
-SDPA's own (PyTorch's default backend on the same inputs) plus a small epsilon.
+SDPA's own (PyTorch's default backend on the same inputs) plus a small epsilon, and its
+log-sum-exp is within LSE_TOLERANCE of the float64 one (-inf exactly where a row sees no
+key).
 """
+
+import itertools
 
 import pytest
 import torch
 
-from cutile_fmha.assets.measure import Shape, make_inputs, reference_error, sdpa, within_tolerance
+from cutile_fmha.assets.measure import Shape, make_inputs, sdpa, within_tolerance
 from cutile_fmha.platforms import PLATFORMS
-from cutile_fmha.steps import STEPS, attention
+from cutile_fmha.steps import STEPS, attention, plan_launch
+from cutile_fmha.steps.launcher import causal_query_offset
+from cutile_fmha.steps.reference import reference_errors
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
+# float32 log-sum-exp from float32 sums of MUFU exponentials: errors of a few 1e-6 at
+# these sizes; a wrong base or scale is off by far more than this.
+LSE_TOLERANCE = 1e-4
+
+
+def sdpa_bar(q, k, v, causal) -> float:
+    """SDPA's own error against float64. Rows that see no key have no answer in SDPA's
+    math path (NaN): they count as its defined answer, 0."""
+    out = sdpa(q, k, v, causal=causal)
+    offset = causal_query_offset(causal, q.shape[2], k.shape[2])
+    if offset is not None and offset < 0:
+        out[:, :, :-offset] = 0
+    return reference_errors(out, q, k, v, causal=causal)[0]
+
+
 def check_step(step, shape: Shape, seed=0, **launch):
     q, k, v = make_inputs(shape, seed=seed)
     out = torch.full_like(q, float("nan"))
-    attention(q, k, v, causal=shape.causal, step=step, out=out, **launch)
+    plan = plan_launch(q, k, v, causal=shape.causal, step=step, out=out, with_lse=True, **launch)
+    plan.lse.fill_(float("nan"))
+    plan.launch()
+    plain = attention(q, k, v, causal=shape.causal, step=step,
+                      out=torch.full_like(q, float("nan")), **launch)
     torch.cuda.synchronize()
-    ours = reference_error(out, q, k, v, causal=shape.causal)
-    theirs = reference_error(sdpa(q, k, v, causal=shape.causal), q, k, v, causal=shape.causal)
-    assert torch.isfinite(out).all(), "NaN left in the output: elements never written"
-    assert within_tolerance(ours, theirs, q.dtype), \
-        f"step {step}: max error {ours:.2e} vs SDPA's {theirs:.2e}"
+    ours, lse_error = reference_errors(out, q, k, v, causal=shape.causal, lse=plan.lse)
+    plain_error, _ = reference_errors(plain, q, k, v, causal=shape.causal)
+    theirs = sdpa_bar(q, k, v, shape.causal)
+    assert torch.isfinite(out).all() and torch.isfinite(plain).all(), \
+        "NaN left in the output: elements never written"
+    assert within_tolerance(ours, theirs, q.dtype) and within_tolerance(plain_error, theirs, q.dtype), \
+        f"step {step}: max error {ours:.2e} (without LSE {plain_error:.2e}) vs SDPA's {theirs:.2e}"
+    assert lse_error <= LSE_TOLERANCE, f"step {step}: log-sum-exp off by {lse_error:.2e}"
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -37,6 +65,28 @@ def test_step_matches_reference(step, seq_len, causal, dtype, head_dim):
                seed=seq_len * 7 + head_dim)
 
 
+# Grouped-query heads (16 query heads over 16, 8, 4, 2 and 1 K/V heads: groups 1, 2, 4, 8
+# and MQA), each causal alignment, fewer and more queries than keys, odd lengths; head dim
+# and dtype rotate so that each step meets every pair of them.
+KV_HEADS = [16, 8, 4, 2, 1]
+HEAD_DIM_AND_DTYPE = list(itertools.product([64, 128, 256], ["float16", "bfloat16"]))
+GQA_CASES = [
+    pytest.param(step, kv_heads, causal, q_len, k_len,
+                 *HEAD_DIM_AND_DTYPE[(i + step) % len(HEAD_DIM_AND_DTYPE)],
+                 id=f"step{step}-kv{kv_heads}-{causal}-q{q_len}-k{k_len}")
+    for step in sorted(STEPS)
+    for i, (kv_heads, causal, (q_len, k_len)) in enumerate(itertools.product(
+        KV_HEADS, [False, "top_left", "bottom_right"], [(257, 1001), (1001, 257)]))
+]
+
+
+@pytest.mark.parametrize("step,kv_heads,causal,q_len,k_len,head_dim,dtype", GQA_CASES)
+def test_grouped_query_heads_and_causal_alignment(step, kv_heads, causal, q_len, k_len,
+                                                  head_dim, dtype):
+    check_step(step, Shape(2, 16, q_len, k_len, head_dim, causal, dtype, kv_heads),
+               seed=q_len + kv_heads)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("q_len,k_len", [(17, 1000), (1000, 17), (1, 4097), (4097, 1), (300, 301)])
 @pytest.mark.parametrize("step", sorted(STEPS))
@@ -47,7 +97,7 @@ def test_query_and_key_lengths_differ(step, q_len, k_len, causal):
 @pytest.mark.parametrize("platform", sorted(PLATFORMS) + ["default"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_another_architectures_entry_runs_here(platform, head_dim):
-    check_step(6, Shape(1, 4, 777, 777, head_dim, True, "float16"), platform=platform)
+    check_step(max(STEPS), Shape(1, 4, 777, 777, head_dim, True, "float16"), platform=platform)
 
 
 def test_non_contiguous_heads_layout():
@@ -55,4 +105,4 @@ def test_non_contiguous_heads_layout():
     q, k, v = (torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.float16).transpose(1, 2)
                for _ in range(3))
     out = attention(q, k, v, causal=True)
-    assert reference_error(out, q, k, v, causal=True) < 2e-3
+    assert reference_errors(out, q, k, v, causal=True)[0] < 2e-3

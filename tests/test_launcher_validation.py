@@ -4,7 +4,7 @@ dtype checks come before the device check."""
 import pytest
 import torch
 
-from cutile_fmha.steps import attention
+from cutile_fmha.steps import attention, plan_launch
 from cutile_fmha.platforms.environment import CHECK_COMMAND
 
 
@@ -40,7 +40,7 @@ def test_mixed_dtypes():
         attention(q, k, v.bfloat16())
 
 
-@pytest.mark.parametrize("dim,what", [(0, "batch size"), (1, "head count"), (3, "head dim")])
+@pytest.mark.parametrize("dim,what", [(0, "batch size"), (3, "head dim")])
 def test_mismatched_dimension(dim, what):
     q, k, v = qkv()
     shape = list(k.shape)
@@ -49,10 +49,20 @@ def test_mismatched_dimension(dim, what):
         attention(q, torch.randn(shape, dtype=q.dtype), v)
 
 
-def test_key_value_length_mismatch():
+@pytest.mark.parametrize("v_slice", [(slice(None), slice(None), slice(0, 39)),
+                                     (slice(None), slice(0, 1))], ids=["length", "heads"])
+def test_key_value_mismatch(v_slice):
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="k and v must have the same sequence length, got 40 and 39"):
-        attention(q, k, v[:, :, :39])
+    with pytest.raises(ValueError, match=r"k and v must have the same heads and sequence length, "
+                                         r"got shapes \(2, 3, 40, 64\) and"):
+        attention(q, k, v[v_slice])
+
+
+def test_query_heads_must_be_a_multiple_of_key_value_heads():
+    q, k, v = qkv((2, 6, 40, 64))
+    with pytest.raises(ValueError, match=r"q's head count must be a multiple of k's and v's "
+                                         r"\(grouped-query attention\), got 6 and 4"):
+        attention(q, k[:, :4], v[:, :4])
 
 
 @pytest.mark.parametrize("head_dim", [32, 96, 512])
@@ -75,10 +85,19 @@ def test_last_dimension_not_contiguous():
         attention(q, k_strided, v)
 
 
-def test_causal_must_be_bool():
+def test_causal_must_be_bool_or_an_alignment():
     q, k, v = qkv()
-    with pytest.raises(TypeError, match="causal must be a bool, got int"):
+    with pytest.raises(TypeError, match="causal must be a bool or one of .* got int"):
         attention(q, k, v, causal=1)
+    with pytest.raises(ValueError, match=r"causal must be False, True or one of \('top_left', "
+                                         r"'bottom_right'\), got 'lower_right'"):
+        attention(q, k, v, causal="lower_right")
+
+
+def test_with_lse_must_be_bool():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="with_lse must be a bool, got int"):
+        plan_launch(q, k, v, with_lse=1)
 
 
 @pytest.mark.parametrize("scale,error", [(0.0, ValueError), (-0.1, ValueError),

@@ -1,17 +1,27 @@
-"""What the compiler makes of the final step on Hopper, read from the cubin (no GPU).
+"""What the compiler makes of the kernels on Hopper, read from the cubin (no GPU).
 
-The sm_90 table entry was chosen by timing; these checks say why it is fast and keep it
-so: warpgroup MMA (HGMMA) and TMA loads (UTMALDG), and no register spills.
+The sm_90 table entry was chosen by timing; these checks say why the final step is fast
+and keep it so: warpgroup MMA (HGMMA) and TMA loads (UTMALDG), and no stack frame (no
+spills). They also pin down what two ideas cost: the approximate division, and the
+log-sum-exp output, which must cost nothing when it is off.
 """
 
+import ast
+import importlib.util
+import io
 import re
+from pathlib import Path
 
 import pytest
+from cuda.tile.compilation import export_kernel
 
-from cutile_fmha.platforms import HEAD_DIMS
+from cutile_fmha.kernels import step5_occupancy, step6_approx_div
+from cutile_fmha.platforms import HEAD_DIMS, entry_for
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
-from cutile_fmha.steps import FINAL_STEP
-from cutile_fmha.steps.compile import compile_step, resource_usage, sass
+from cutile_fmha.steps import FINAL_STEP, STEPS
+from cutile_fmha.steps.compile import CT_DTYPES, compile_step, resource_usage, sass
+from cutile_fmha.steps.definitions import step_of
+from cutile_fmha.steps.family import FORWARD, forward_constants
 
 pytestmark = pytest.mark.skipif(
     find_compiler().path is None or not all(find_cuda_tool(tool)
@@ -30,9 +40,53 @@ def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim):
 
 
 def test_approximate_division_is_a_hardware_reciprocal():
-    before, final = (sass(compile_step(step, "sm_90", dtype="float16", head_dim=128, causal=False))
-                     for step in (FINAL_STEP - 1, FINAL_STEP))
+    before, after = (sass(compile_step(step.number, "sm_90", dtype="float16", head_dim=128,
+                                       causal=False))
+                     for step in (step_of(step5_occupancy), step_of(step6_approx_div)))
     # IEEE division checks each quotient (FCHK) and calls a slow path; the approximate
     # one is a reciprocal (MUFU.RCP) and a multiply.
     assert "FCHK" in before and "CALL.REL" in before
-    assert "MUFU.RCP" in final and "FCHK" not in final and "CALL.REL" not in final
+    assert "MUFU.RCP" in after and "FCHK" not in after and "CALL.REL" not in after
+
+
+class _DeleteLse(ast.NodeTransformer):
+    """Deletes every `if WRITE_LSE:` block; makes relative imports absolute."""
+
+    def visit_If(self, node):
+        if isinstance(node.test, ast.Name) and node.test.id == "WRITE_LSE":
+            return None
+        return self.generic_visit(node)
+
+    def visit_ImportFrom(self, node):
+        if node.level:
+            package = "cutile_fmha.kernels" if node.level == 1 else "cutile_fmha"
+            node.module, node.level = f"{package}.{node.module}", 0
+        return node
+
+
+def kernel_without_lse_code(step: int, folder: Path):
+    """The step's kernel compiled from a copy of its module with the LSE code deleted."""
+    source = Path(STEPS[step].source_file).read_text()
+    path = folder / f"step{step}_without_lse.py"
+    path.write_text(ast.unparse(_DeleteLse().visit(ast.parse(source))))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.fmha
+
+
+def sm90_sass(kernel, *, write_lse: bool) -> str:
+    constants = forward_constants(128, entry_for("sm_90").tile_for(128), True, write_lse)
+    buffer = io.BytesIO()
+    export_kernel(kernel, [FORWARD.signature(CT_DTYPES["float16"], constants)], buffer,
+                  gpu_code="sm_90", output_format="cubin")
+    return sass(buffer.getvalue())
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_log_sum_exp_costs_nothing_when_off(step, tmp_path):
+    """With WRITE_LSE=False the sm_90 machine code is, instruction for instruction, that of
+    the same kernel with its log-sum-exp code deleted; with it on, the code changes."""
+    off = sm90_sass(STEPS[step].kernel, write_lse=False)
+    assert off == sm90_sass(kernel_without_lse_code(step, tmp_path), write_lse=False)
+    assert off != sm90_sass(STEPS[step].kernel, write_lse=True)

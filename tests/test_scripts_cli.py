@@ -32,8 +32,15 @@ def test_tutorial_options():
     assert args.sdpa_backends == ["cudnn"] and args.iterations == 5
 
 
+def test_kv_heads_for_grouped_query_attention():
+    assert tutorial.parse_args([]).kv_heads is None
+    assert tutorial.parse_args(["--kv-heads", "8"]).kv_heads == 8
+    assert scaling.parse_args(["--heads", "16", "--kv-heads", "1"]).kv_heads == 1
+
+
 @pytest.mark.parametrize("argv", [["--steps", "7"], ["--head-dim", "96"], ["--seq-len", "0"],
-                                  ["--platform", "sm_75"], ["--dtype", "float32"]])
+                                  ["--platform", "sm_75"], ["--dtype", "float32"],
+                                  ["--kv-heads", "5"], ["--kv-heads", "0"]])
 def test_tutorial_refuses_bad_options(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         tutorial.parse_args(argv)
@@ -49,7 +56,7 @@ def test_scaling_defaults():
 
 
 @pytest.mark.parametrize("argv", [["--seq-lens", "0"], ["--sdpa-backends", "math"],
-                                  ["--causal", "maybe"]])
+                                  ["--causal", "maybe"], ["--kv-heads", "3"]])
 def test_scaling_refuses_bad_options(argv):
     with pytest.raises(SystemExit):
         scaling.parse_args(argv)

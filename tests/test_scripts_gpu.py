@@ -7,6 +7,7 @@ import torch
 
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
+from cutile_fmha.steps import STEPS
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -20,11 +21,18 @@ def test_tutorial_end_to_end(tmp_path, capsys):
     assert status == 0
     rows = json.loads((tmp_path / "t.json").read_text())["results"]
     steps = [r for r in rows if r["step"] > 0]
-    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in steps] == sorted(STEPS)
     assert all(r["correct"] == "yes" and r["latency_ms"] > 0 for r in steps)
     printed = capsys.readouterr().out
     assert "gpu: " in printed and "platform_entry: " in printed and "+ Approx division" in printed
     assert (tmp_path / "t.md").read_text().startswith("# cuTile FMHA optimization tutorial")
+
+
+def test_tutorial_with_grouped_query_heads(tmp_path, capsys):
+    status = tutorial.main(["--batch", "1", "--heads", "4", "--kv-heads", "1", "--iterations", "3",
+                            "--seq-len", "300", "--steps", "1", "6", "--correctness-check"])
+    assert status == 0
+    assert "H=4 (K/V heads 1)" in capsys.readouterr().out
 
 
 def test_scaling_analysis_end_to_end(tmp_path):

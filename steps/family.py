@@ -1,0 +1,99 @@
+"""Kernel families: how every kernel of one family is called, described once.
+
+A family is a set of kernels that share one parameter list and one grid (the tutorial's
+forward steps are one). The launcher builds its argument tuple and grid from the
+description, the compile-only export its signature, and the tests check every kernel of
+the family against it; a new family is one new description here.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import cuda.tile as ct
+from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
+                                   ScalarConstraint)
+
+from ..platforms import TileShape
+
+TMA_ALIGNMENT_BYTES = 16  # PyTorch's allocations and strides that are multiples of this
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An array parameter; its dtype is the inputs' (None) or a fixed one."""
+    name: str
+    rank: int
+    dtype: ct.DType | None = None
+
+    def constraint(self, input_dtype: ct.DType) -> ArrayConstraint:
+        """Contiguous, 16-byte aligned, as a PyTorch allocation of a typical size is."""
+        dtype = self.dtype or input_dtype
+        per_alignment = TMA_ALIGNMENT_BYTES // (dtype.bitwidth // 8)
+        return ArrayConstraint(dtype, self.rank, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                               alias_groups=(), may_alias_internally=False,
+                               stride_constant=(None,) * (self.rank - 1) + (1,),
+                               stride_divisible_by=(per_alignment,) * (self.rank - 1) + (1,),
+                               base_addr_divisible_by=TMA_ALIGNMENT_BYTES)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str
+    dtype: ct.DType
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A compile-time parameter (``ct.Constant``): each value is its own compiled kernel."""
+    name: str
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    name: str
+    parameters: tuple[Tensor | Scalar | Constant, ...]  # in the kernels' order
+    grid: Callable[[dict], tuple[int, int, int]]  # from the launch's values, by name
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+    def arguments(self, values: dict) -> tuple:
+        """The argument tuple for ``ct.launch``, from a value for every parameter name."""
+        if set(values) != set(self.names):
+            raise KeyError(f"{self.name} kernels take {self.names}, got {tuple(values)}")
+        return tuple(values[name] for name in self.names)
+
+    def signature(self, input_dtype: ct.DType, constants: dict) -> KernelSignature:
+        """The compile-only signature for inputs of `input_dtype` and these constants."""
+        parameters = []
+        for p in self.parameters:
+            if isinstance(p, Tensor):
+                parameters.append(p.constraint(input_dtype))
+            elif isinstance(p, Scalar):
+                parameters.append(ScalarConstraint(p.dtype))
+            else:
+                parameters.append(constants[p.name])
+        return KernelSignature(parameters, CallingConvention.cutile_python_v1())
+
+
+# fmha(Q, K, V, Out, Lse, qk_scale, query_offset, TILE_D, TILE_M, TILE_N, CAUSAL, WRITE_LSE)
+# Q, Out: (batch, heads, q_len, D); K, V: (batch, kv_heads, k_len, D), kv_heads dividing
+# heads; Lse: (batch, heads, q_len) float32, written only when WRITE_LSE. Under CAUSAL,
+# query row i sees keys j <= i + query_offset. One CTA per TILE_M query rows of one head.
+FORWARD = KernelFamily(
+    name="forward",
+    parameters=(Tensor("Q", 4), Tensor("K", 4), Tensor("V", 4), Tensor("Out", 4),
+                Tensor("Lse", 3, ct.float32), Scalar("qk_scale", ct.float32),
+                Scalar("query_offset", ct.int32), Constant("TILE_D"), Constant("TILE_M"),
+                Constant("TILE_N"), Constant("CAUSAL"), Constant("WRITE_LSE")),
+    grid=lambda values: (math.ceil(values["Q"].shape[2] / values["TILE_M"]),
+                         values["Q"].shape[1], values["Q"].shape[0]),
+)
+
+
+def forward_constants(head_dim: int, tiles: TileShape, causal: bool, write_lse: bool) -> dict:
+    """The forward family's compile-time parameters for one launch."""
+    return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
+            "CAUSAL": causal, "WRITE_LSE": write_lse}

@@ -1,0 +1,61 @@
+"""Attention in float64: the answer every kernel is checked against.
+
+It computes what the kernels promise, the plain way: grouped-query heads (query head h
+reads K/V head h // group), the causal mask aligned top-left (SDPA's is_causal) or
+bottom-right, a row that sees no key giving output 0 and log-sum-exp -inf, and the
+per-row log-sum-exp in natural log.
+"""
+
+import math
+
+import torch
+
+from .launcher import causal_query_offset
+
+
+def reference(q, k, v, *, causal=False, scale: float | None = None):
+    """(out, lse) in float64 for q (B, H, Lq, D), k and v (B, Hkv, Lk, D), H a multiple of
+    Hkv; `causal` as the launcher takes it (False, True, "top_left", "bottom_right")."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(group, dim=1) for t in (k, v))
+    scores = (q.double() @ k.transpose(-1, -2)) * scale
+    q_len, k_len = q.shape[2], k.shape[2]
+    query_offset = causal_query_offset(causal, q_len, k_len)
+    if query_offset is not None:
+        rows = torch.arange(q_len, device=q.device)[:, None]
+        keys = torch.arange(k_len, device=q.device)[None, :]
+        scores = scores.masked_fill(keys > rows + query_offset, -math.inf)
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # -inf where a row sees no key
+    # exp(-inf - 0) = 0: a row that sees no key gets weights 0, so output 0, not NaN.
+    weights = torch.exp(scores - lse.nan_to_num(neginf=0.0))
+    return weights @ v, lse.squeeze(-1)
+
+
+def reference_errors(out, q, k, v, *, causal=False, scale: float | None = None, lse=None,
+                     max_scores: int = 1 << 28) -> tuple[float, float | None]:
+    """Largest |out - reference| and, when `lse` is given, largest |lse - reference lse|
+    (0 where both are -inf), a few heads at a time so the float64 score matrices stay
+    under `max_scores` elements. NaN anywhere in `out` or `lse` gives NaN."""
+    batch, heads, q_len, _ = q.shape
+    group = heads // k.shape[1]
+    heads_per_chunk = max(1, max_scores // (q_len * k.shape[2]))
+    worst_out, worst_lse = 0.0, 0.0
+    for b in range(batch):
+        for start in range(0, heads, heads_per_chunk):
+            query_heads = slice(start, min(start + heads_per_chunk, heads))
+            kv_heads = torch.arange(query_heads.start, query_heads.stop, device=q.device) // group
+            # Each query head of the chunk with a copy of the K/V head it reads.
+            want_out, want_lse = reference(q[b:b + 1, query_heads], k[b:b + 1, kv_heads],
+                                           v[b:b + 1, kv_heads], causal=causal, scale=scale)
+            worst_out = _max_error(worst_out, out[b:b + 1, query_heads], want_out)
+            if lse is not None:
+                worst_lse = _max_error(worst_lse, lse[b:b + 1, query_heads], want_lse)
+    return worst_out, (worst_lse if lse is not None else None)
+
+
+def _max_error(worst: float, got, want) -> float:
+    error = (got.double() - want).abs()
+    error = error.masked_fill(torch.isneginf(got) & torch.isneginf(want), 0.0)
+    largest = error.max().item()
+    return math.nan if math.isnan(worst) or math.isnan(largest) else max(worst, largest)
