@@ -15,10 +15,10 @@ from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
 
 @ct.kernel
 def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
-         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
-         WRITE_LSE: ConstBool):
+         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+         CAUSAL: ConstBool, WRITE_LSE: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
-    kv_head = head // (Q.shape[1] // K.shape[1])  # grouped-query attention: K/V heads are shared
+    kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
     k_len = K.shape[2]
     qk_scale_log2 = qk_scale * INV_LOG_2
 

@@ -29,9 +29,10 @@ CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
 
 
 def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: bool,
-                 write_lse: bool = False) -> bytes:
+                 write_lse: bool = False, query_group: int = 1) -> bytes:
     """The cubin of `step` for `arch`, at that architecture's table entry."""
-    constants = forward_constants(head_dim, entry_for(arch).tile_for(head_dim), causal, write_lse)
+    constants = forward_constants(head_dim, entry_for(arch).tile_for(head_dim),
+                                  query_group=query_group, causal=causal, write_lse=write_lse)
     buffer = io.BytesIO()
     export_kernel(STEPS[step].kernel, [FORWARD.signature(CT_DTYPES[dtype], constants)], buffer,
                   gpu_code=arch, output_format="cubin")
@@ -85,6 +86,8 @@ def main(argv=None) -> int:
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--lse", action="store_true",
                         help="the variant that also writes the log-sum-exp")
+    parser.add_argument("--query-group", type=int, default=1,
+                        help="query heads per K/V head (grouped-query attention)")
     parser.add_argument("--resources", action="store_true",
                         help="show registers, stack frame and shared memory per kernel (a "
                              "stack frame is local memory: register spills or local arrays)")
@@ -104,7 +107,8 @@ def main(argv=None) -> int:
                 start = time.perf_counter()
                 try:
                     cubin = compile_step(step, arch, dtype=args.dtype, head_dim=head_dim,
-                                         causal=args.causal, write_lse=args.lse)
+                                         causal=args.causal, write_lse=args.lse,
+                                         query_group=args.query_group)
                 except Exception as error:  # report every failure, keep going
                     failures += 1
                     print(f"{arch} D={head_dim} step {step}: FAILED {type(error).__name__}: "

@@ -194,7 +194,8 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     values = {"Q": q, "K": k, "V": v, "Out": out,
               "Lse": lse if with_lse else _unused_lse(q.device), "qk_scale": scale,
               "query_offset": query_offset or 0,
-              **forward_constants(head_dim, tiles, query_offset is not None, with_lse)}
+              **forward_constants(head_dim, tiles, query_group=heads // k.shape[1],
+                                  causal=query_offset is not None, write_lse=with_lse)}
     return LaunchPlan(kernel, FORWARD.grid(values), FORWARD.arguments(values), out, lse,
                       entry, tiles)
 

@@ -2,10 +2,10 @@
 
 Each case exports a cubin with the architecture's own table entry (tile sizes and
 occupancy), as the launcher would launch it there. Hopper (sm_90), the architecture we
-measure on, gets the full grid of head dims, dtypes and causal or not, and the variant
-that writes the log-sum-exp for the covering cases; the others get the covering cases:
-three per step that together cover every head dim, both dtypes, causal and not, and the
-log-sum-exp variant.
+measure on, gets the full grid of head dims, dtypes and causal or not, and the covering
+cases' grouped-query and log-sum-exp variants; the others get the covering cases: three
+per step that together cover every head dim, both dtypes, causal and not, grouped-query
+heads and the log-sum-exp variant.
 """
 
 import pytest
@@ -20,10 +20,10 @@ from cutile_fmha.steps.compile import main as compile_main
 FULL_GRID_ARCH = "sm_90"
 # An architecture without a table entry, to compile the default entry.
 DEFAULT_ENTRY_ARCH = "sm_86"
-# (head dim, dtype, causal, write_lse)
-COVERING_CASES = [(64, "float16", True, False), (128, "bfloat16", False, True),
-                  (256, "bfloat16", True, True)]
-FULL_GRID = [(d, t, c, False) for d in HEAD_DIMS for t in ("float16", "bfloat16")
+# (head dim, dtype, causal, write_lse, query heads per K/V head)
+COVERING_CASES = [(64, "float16", True, False, 1), (128, "bfloat16", False, True, 4),
+                  (256, "bfloat16", True, True, 8)]
+FULL_GRID = [(d, t, c, False, 1) for d in HEAD_DIMS for t in ("float16", "bfloat16")
              for c in (False, True)]
 
 
@@ -33,10 +33,11 @@ def _cases():
             combos = COVERING_CASES
             if arch == FULL_GRID_ARCH:
                 combos = FULL_GRID + [case for case in COVERING_CASES if case[3]]
-            for head_dim, dtype, causal, write_lse in combos:
-                yield pytest.param(arch, step, head_dim, dtype, causal, write_lse,
+            for head_dim, dtype, causal, write_lse, group in combos:
+                yield pytest.param(arch, step, head_dim, dtype, causal, write_lse, group,
                                    id=f"{arch}-step{step}-d{head_dim}-{dtype}-"
-                                      f"{'causal' if causal else 'full'}{'-lse' if write_lse else ''}")
+                                      f"{'causal' if causal else 'full'}-group{group}"
+                                      f"{'-lse' if write_lse else ''}")
 
 
 pytestmark = pytest.mark.skipif(find_compiler().path is None, reason="tileiras is not installed")
@@ -46,10 +47,10 @@ def test_default_entry_arch_has_no_entry_of_its_own():
     assert entry_for(DEFAULT_ENTRY_ARCH) is DEFAULT
 
 
-@pytest.mark.parametrize("arch,step,head_dim,dtype,causal,write_lse", list(_cases()))
-def test_step_compiles(arch, step, head_dim, dtype, causal, write_lse):
+@pytest.mark.parametrize("arch,step,head_dim,dtype,causal,write_lse,group", list(_cases()))
+def test_step_compiles(arch, step, head_dim, dtype, causal, write_lse, group):
     cubin = compile_step(step, arch, dtype=dtype, head_dim=head_dim, causal=causal,
-                         write_lse=write_lse)
+                         write_lse=write_lse, query_group=group)
     assert cubin[:4] == b"\x7fELF", "export_kernel did not produce a cubin"
 
 

@@ -28,5 +28,5 @@ def test_arguments_follow_the_parameter_order_and_refuse_missing_values():
 
 def test_grid_is_query_tiles_by_heads_by_batch():
     q = torch.empty(3, 5, 1000, 64, device="meta")
-    values = {"Q": q, **forward_constants(64, TileShape(64, 128), True, False)}
+    values = {"Q": q, **forward_constants(64, TileShape(64, 128), causal=True, write_lse=False)}
     assert FORWARD.grid(values) == (16, 5, 3)

@@ -76,7 +76,8 @@ def kernel_without_lse_code(step: int, folder: Path):
 
 
 def sm90_sass(kernel, *, write_lse: bool) -> str:
-    constants = forward_constants(128, entry_for("sm_90").tile_for(128), True, write_lse)
+    constants = forward_constants(128, entry_for("sm_90").tile_for(128), causal=True,
+                                  write_lse=write_lse)
     buffer = io.BytesIO()
     export_kernel(kernel, [FORWARD.signature(CT_DTYPES["float16"], constants)], buffer,
                   gpu_code="sm_90", output_format="cubin")
