@@ -20,6 +20,8 @@ def test_importable_from_the_package_root():
     import cutile_fmha
 
     assert cutile_fmha.attention is attention and "attention_with_lse" in cutile_fmha.__all__
+    with pytest.raises(AttributeError, match="no attribute 'attend'"):
+        cutile_fmha.attend
 
 
 @pytest.mark.parametrize("mask", [torch.ones(40, 40, dtype=torch.bool), torch.zeros(40, 40)],
