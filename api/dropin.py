@@ -11,7 +11,6 @@ import numbers
 import torch
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
-from .steps.definitions import FINAL_STEP
 from .steps.launcher import Names, build_plan
 
 __all__ = ["attention", "attention_with_lse"]
@@ -64,7 +63,7 @@ def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                            f"call it under torch.no_grad() (or on detached tensors) for "
                            f"inference")
     causal = _causal(query, key, attn_mask, is_causal)
-    return build_plan(query, key, value, causal=causal, scale=scale, step=FINAL_STEP,
+    return build_plan(query, key, value, causal=causal, scale=scale, step="fastest",
                       platform=None, out=None, with_lse=with_lse, names=SDPA_NAMES)
 
 

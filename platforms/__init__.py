@@ -6,11 +6,11 @@ occupancy column into the ``ct.ByTarget`` value that the kernels' decorators use
 
 import cuda.tile as ct
 
-from .entry import HEAD_DIMS, PlatformEntry, TileShape
+from .entry import HEAD_DIMS, PlatformEntry, TileShape, TunedLaunch
 from .table import DEFAULT, PLATFORMS
 
-__all__ = ["HEAD_DIMS", "PLATFORMS", "DEFAULT", "PlatformEntry", "TileShape",
-           "entry_for", "occupancy_by_target", "arch_of_capability"]
+__all__ = ["HEAD_DIMS", "PLATFORMS", "DEFAULT", "PlatformEntry", "TileShape", "TunedLaunch",
+           "entry_for", "occupancy_by_target", "worker_warps_by_target", "arch_of_capability"]
 
 
 def arch_of_capability(major: int, minor: int) -> str:
@@ -30,3 +30,10 @@ def occupancy_by_target() -> ct.ByTarget:
     """The occupancy column as ``ct.ByTarget(sm_121=2, sm_103=1, ..., default=1)``."""
     return ct.ByTarget(default=DEFAULT.occupancy,
                        **{arch: entry.occupancy for arch, entry in PLATFORMS.items()})
+
+
+def worker_warps_by_target() -> ct.ByTarget:
+    """The worker-warps column as ``ct.ByTarget(sm_90=8)``: architectures without a value
+    leave it to the compiler."""
+    return ct.ByTarget(**{arch: entry.worker_warps for arch, entry in PLATFORMS.items()
+                          if entry.worker_warps is not None})

@@ -20,22 +20,27 @@ import time
 import cuda.tile as ct
 from cuda.tile.compilation import export_kernel
 
-from ..platforms import HEAD_DIMS, PLATFORMS, entry_for
+from ..platforms import HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .definitions import STEPS
 from .family import FORWARD, forward_constants
+from .launcher import kernel_for
 
 CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
 
 
 def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: bool,
-                 write_lse: bool = False, query_group: int = 1) -> bytes:
-    """The cubin of `step` for `arch`, at that architecture's table entry."""
-    constants = forward_constants(head_dim, entry_for(arch).tile_for(head_dim),
-                                  query_group=query_group, causal=causal, write_lse=write_lse)
+                 write_lse: bool = False, query_group: int = 1,
+                 entry: PlatformEntry | None = None) -> bytes:
+    """The cubin of `step` for `arch`, with the tiles and hints the launcher would use
+    there (that architecture's table entry and its tuned launches, or `entry`)."""
+    tiles, hints = STEPS[step].launch_config(entry or entry_for(arch), native=entry is None,
+                                             head_dim=head_dim, causal=causal)
+    constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
+                                  write_lse=write_lse)
     buffer = io.BytesIO()
-    export_kernel(STEPS[step].kernel, [FORWARD.signature(CT_DTYPES[dtype], constants)], buffer,
-                  gpu_code=arch, output_format="cubin")
+    export_kernel(kernel_for(step, hints), [FORWARD.signature(CT_DTYPES[dtype], constants)],
+                  buffer, gpu_code=arch, output_format="cubin")
     return buffer.getvalue()
 
 

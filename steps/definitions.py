@@ -1,9 +1,21 @@
-"""The tutorial's steps: which kernel each one runs and the idea it adds."""
+"""The tutorial's steps: which kernel each one runs, the idea it adds, and where its launch
+configuration (tile shape and compiler hints) comes from."""
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ..kernels import (step1_basic, step2_exp2, step3_load_order, step4_latency_hints,
-                       step5_occupancy, step6_approx_div)
+                       step5_occupancy, step6_approx_div, step7_worker_warps, step8_heavy_first,
+                       step9_unmasked_loop)
+from ..platforms import PlatformEntry, TileShape
+
+# Where a step's launch configuration comes from:
+#   "guide": the platform entry's tile shape; the kernel's own hints (none).
+#   "table": the same, and the occupancy hint, which the kernel takes from the platform
+#            table; so running with another architecture's entry must bring its occupancy.
+#   "tuned": per head dim and causal or not, the tiles and hints the autotuner measured
+#            fastest on this architecture (platforms/tuned/); without them, as "table".
+LaunchSource = Literal["guide", "table", "tuned"]
 
 
 @dataclass(frozen=True)
@@ -11,9 +23,7 @@ class Step:
     number: int
     name: str  # what the step adds, as the tutorial's table shows it
     module: object  # the kernel's module; its docstring explains the idea
-    # True from step 5 on: the kernel's occupancy comes from the platform table, so
-    # running with another architecture's entry must override it too.
-    uses_table_occupancy: bool
+    launch: LaunchSource
 
     @property
     def kernel(self):
@@ -23,16 +33,34 @@ class Step:
     def source_file(self) -> str:
         return self.module.__file__
 
+    def launch_config(self, entry: PlatformEntry, *, native: bool, head_dim: int,
+                      causal: bool) -> tuple[TileShape, dict | None]:
+        """(tiles, hints) for one launch with `entry`: hints to replace on the kernel, or
+        None to run it as decorated. `native`: `entry` is the one of the architecture the
+        kernel is compiled for, whose values the kernel's ByTarget hints already hold."""
+        tuned = entry.tuned.get((head_dim, causal)) if self.launch == "tuned" else None
+        if tuned is not None:
+            return tuned.tiles, tuned.hints()
+        if self.launch == "guide" or native:
+            return entry.tile_for(head_dim), None
+        hints = {"occupancy": entry.occupancy}
+        if self.launch == "tuned" and entry.worker_warps is not None:
+            hints["num_worker_warps"] = entry.worker_warps
+        return entry.tile_for(head_dim), hints
+
 
 STEPS: dict[int, Step] = {
     step.number: step
     for step in (
-        Step(1, "Basic cuTile", step1_basic, False),
-        Step(2, "+ exp2", step2_exp2, False),
-        Step(3, "+ Load order", step3_load_order, False),
-        Step(4, "+ Latency hints", step4_latency_hints, False),
-        Step(5, "+ Occupancy", step5_occupancy, True),
-        Step(6, "+ Approx division", step6_approx_div, True),
+        Step(1, "Basic cuTile", step1_basic, "guide"),
+        Step(2, "+ exp2", step2_exp2, "guide"),
+        Step(3, "+ Load order", step3_load_order, "guide"),
+        Step(4, "+ Latency hints", step4_latency_hints, "guide"),
+        Step(5, "+ Occupancy", step5_occupancy, "table"),
+        Step(6, "+ Approx division", step6_approx_div, "table"),
+        Step(7, "+ Worker warps", step7_worker_warps, "tuned"),
+        Step(8, "+ Heaviest first", step8_heavy_first, "tuned"),
+        Step(9, "+ Unmasked loop", step9_unmasked_loop, "tuned"),
     )
 }
 FINAL_STEP = max(STEPS)
@@ -41,3 +69,13 @@ FINAL_STEP = max(STEPS)
 def step_of(module) -> Step:
     """The step whose idea is the kernel module `module` (name steps by idea, not number)."""
     return next(step for step in STEPS.values() if step.module is module)
+
+
+# The guide's last step: what runs where the autotuner has not measured which step is fastest.
+GUIDE_FINAL_STEP = step_of(step6_approx_div).number
+
+
+def fastest_step(entry: PlatformEntry, head_dim: int, causal: bool) -> int:
+    """The step the autotuner measured fastest with `entry`, else the guide's last step."""
+    tuned = entry.tuned.get((head_dim, causal))
+    return tuned.step if tuned is not None else GUIDE_FINAL_STEP

@@ -16,7 +16,7 @@ import torch
 
 from ..platforms import HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape, arch_of_capability, entry_for
 from ..platforms.environment import CHECK_COMMAND, require_environment
-from .definitions import FINAL_STEP, STEPS
+from .definitions import STEPS, fastest_step
 from .family import FORWARD, forward_constants
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -25,6 +25,9 @@ MAX_GRID_YZ = 65535  # CUDA's limit on grid.y (heads) and grid.z (batch)
 # aligns the diagonal with the last key (query i sees keys 0..i + k_len - q_len), as a
 # KV-cache prefill, flash-attn and torch.nn.attention.bias.causal_lower_right do.
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+# step="fastest": the step the autotuner measured fastest on this architecture for this
+# head dim, causal or not (the guide's last step where it has not run).
+FASTEST = "fastest"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class LaunchPlan:
     lse: torch.Tensor | None  # (batch, heads, q_len) float32, filled by launch(); or None
     entry: PlatformEntry
     tiles: TileShape
+    step: int  # the step it runs (what step="fastest" chose)
 
     def launch(self) -> torch.Tensor:
         ct.launch(torch.cuda.current_stream(self.out.device), self.grid, self.kernel, self.args)
@@ -52,8 +56,14 @@ class Names:
 
 
 @functools.cache
-def _kernel_with_occupancy(step_number: int, occupancy: int):
-    return STEPS[step_number].kernel.replace_hints(occupancy=occupancy)
+def _kernel_with_hints(step_number: int, hints: tuple):
+    # One kernel object per (step, hints): each holds its own JIT cache.
+    return STEPS[step_number].kernel.replace_hints(**dict(hints))
+
+
+def kernel_for(step: int, hints: dict | None):
+    """The step's kernel, with `hints` replaced when given."""
+    return STEPS[step].kernel if hints is None else _kernel_with_hints(step, tuple(sorted(hints.items())))
 
 
 @functools.cache
@@ -143,10 +153,12 @@ def softmax_scale(scale, head_dim: int) -> float:
 
 
 def _check_step_and_platform(step, platform) -> None:
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise TypeError(f"step must be an int, one of {sorted(STEPS)}, got {type(step).__name__}")
-    if step not in STEPS:
-        raise ValueError(f"step must be one of {sorted(STEPS)}, got {step!r}")
+    if step != FASTEST:
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an int, one of {sorted(STEPS)}, or {FASTEST!r}, "
+                            f"got {type(step).__name__}")
+        if step not in STEPS:
+            raise ValueError(f"step must be one of {sorted(STEPS)} or {FASTEST!r}, got {step!r}")
     if not (platform is None or isinstance(platform, PlatformEntry) or platform == "default"
             or platform in PLATFORMS):
         raise ValueError(f"platform must be one of {sorted(PLATFORMS)}, 'default', a "
@@ -178,15 +190,14 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     require_environment(q.device.index)
     device_arch = arch_of_capability(*torch.cuda.get_device_capability(q.device))
     entry = platform if isinstance(platform, PlatformEntry) else entry_for(platform or device_arch)
-    step_def = STEPS[step]
-    kernel = step_def.kernel
-    # From step 5 the kernel's occupancy comes from the table for the GPU it is compiled
-    # for; another architecture's entry must bring its own occupancy along.
-    if step_def.uses_table_occupancy and entry is not entry_for(device_arch):
-        kernel = _kernel_with_occupancy(step, entry.occupancy)
     if head_dim not in entry.tiles:
         raise ValueError(f"platform entry {entry.arch} has no tile shape for head dim {head_dim}")
-    tiles = entry.tile_for(head_dim)
+    causal = query_offset is not None
+    if step == FASTEST:
+        step = fastest_step(entry, head_dim, causal)
+    tiles, hints = STEPS[step].launch_config(entry, native=entry is entry_for(device_arch),
+                                             head_dim=head_dim, causal=causal)
+    kernel = kernel_for(step, hints)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device) \
@@ -195,13 +206,13 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
               "Lse": lse if with_lse else _unused_lse(q.device), "qk_scale": scale,
               "query_offset": query_offset or 0,
               **forward_constants(head_dim, tiles, query_group=heads // k.shape[1],
-                                  causal=query_offset is not None, write_lse=with_lse)}
+                                  causal=causal, write_lse=with_lse)}
     return LaunchPlan(kernel, FORWARD.grid(values), FORWARD.arguments(values), out, lse,
-                      entry, tiles)
+                      entry, tiles, step)
 
 
 def plan_launch(q, k, v, *, causal: bool | str = False, scale: float | None = None,
-                step: int = FINAL_STEP, platform: str | PlatformEntry | None = None,
+                step: int | str = FASTEST, platform: str | PlatformEntry | None = None,
                 out: torch.Tensor | None = None, with_lse: bool = False) -> LaunchPlan:
     """Validates the arguments and prepares one launch; see ``attention``.
     with_lse: also write each query row's log-sum-exp to ``plan.lse``."""
@@ -210,7 +221,7 @@ def plan_launch(q, k, v, *, causal: bool | str = False, scale: float | None = No
 
 
 def attention(q, k, v, *, causal: bool | str = False, scale: float | None = None,
-              step: int = FINAL_STEP, platform: str | PlatformEntry | None = None,
+              step: int | str = FASTEST, platform: str | PlatformEntry | None = None,
               out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v with one of the tutorial's kernels.
 
@@ -220,7 +231,8 @@ def attention(q, k, v, *, causal: bool | str = False, scale: float | None = None
     causal: False; True or "top_left" (query i sees keys 0..i, SDPA's ``is_causal``);
         "bottom_right" (query i sees keys 0..i + k_len - q_len; rows that see no key give 0).
     scale: softmax scale, default 1/sqrt(D).
-    step: which kernel (1 = basic ... 6 = all optimizations).
+    step: which kernel (1 = basic ... 9), or "fastest": the one the autotuner measured
+        fastest on this GPU's architecture for this head dim, causal or not (default).
     platform: take tile sizes and occupancy from another architecture's table entry
         ("sm_103", ...) or from a PlatformEntry of your own, instead of this GPU's.
     out: where to write the result (like q); a new tensor when None.

@@ -4,7 +4,7 @@ dtype checks come before the device check."""
 import pytest
 import torch
 
-from cutile_fmha.steps import attention, plan_launch
+from cutile_fmha.steps import STEPS, attention, plan_launch
 from cutile_fmha.platforms.environment import CHECK_COMMAND
 
 
@@ -108,10 +108,11 @@ def test_bad_scale(scale, error):
         attention(q, k, v, scale=scale)
 
 
-@pytest.mark.parametrize("step", [0, 7])
+@pytest.mark.parametrize("step", [0, max(STEPS) + 1])
 def test_unknown_step(step):
     q, k, v = qkv()
-    with pytest.raises(ValueError, match=r"step must be one of \[1, 2, 3, 4, 5, 6\]"):
+    with pytest.raises(ValueError, match=rf"step must be one of \{sorted(STEPS)}\ or 'fastest', "
+                                         rf"got {step!r}"):
         attention(q, k, v, step=step)
 
 

@@ -1,12 +1,19 @@
 """Invariants of the platform tables and of the ByTarget value built from them."""
 
+import json
 import re
 
 import pytest
 
-from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, PLATFORMS, entry_for, occupancy_by_target)
+from cutile_fmha.kernels import step6_approx_div
+from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape,
+                                   TunedLaunch, entry_for, occupancy_by_target,
+                                   worker_warps_by_target)
+from cutile_fmha.platforms import tuned
 from cutile_fmha.platforms.entry import SOURCES
 from cutile_fmha.platforms.environment import find_compiler
+from cutile_fmha.steps import STEPS
+from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
 
 ENTRIES = list(PLATFORMS.values()) + [DEFAULT]
 
@@ -71,3 +78,69 @@ def test_every_table_architecture_is_one_the_compiler_knows():
     if not compiler.gpu_names:
         pytest.skip("tileiras is not installed")
     assert set(PLATFORMS) <= set(compiler.gpu_names)
+
+
+def test_worker_warps_by_target_lists_the_architectures_that_set_it():
+    expected = ", ".join(f"{a}={e.worker_warps}" for a, e in PLATFORMS.items()
+                         if e.worker_warps is not None)
+    assert repr(worker_warps_by_target()) == f"ByTarget({expected})"
+    assert PLATFORMS["sm_90"].worker_warps == 8
+
+
+@pytest.mark.parametrize("path", sorted(tuned.TUNED_DIR.glob("*.json")), ids=lambda p: p.name)
+def test_tuned_files_load_and_name_tuned_steps(path):
+    arch = path.stem
+    assert arch in PLATFORMS, f"{path.name} is for an architecture without an entry"
+    loaded = tuned.load_tuned(arch)
+    assert loaded["tuned"] == PLATFORMS[arch].tuned and loaded["tuned_note"]
+    for (head_dim, causal), launch in loaded["tuned"].items():
+        assert head_dim in HEAD_DIMS and isinstance(causal, bool)
+        assert STEPS[launch.step].launch == "tuned"
+        for size in (launch.tiles.tile_m, launch.tiles.tile_n):
+            assert size >= 16 and size & (size - 1) == 0
+    assert json.loads(path.read_text())["search"], "the search's table is kept with the result"
+
+
+CONTEXT = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-22", "cuda_tile": "1.7.0",
+           "tileiras": "13.5", "torch": "2.11.0+cu130", "shape": "B=4 N=8192 float16"}
+
+
+def test_tuned_entry_round_trips(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    launches = {(128, True): TunedLaunch(9, TileShape(128, 128), 1, 8),
+                (64, False): TunedLaunch(7, TileShape(128, 64), 2, None, 2)}
+    tuned.write_tuned("sm_90", CONTEXT, launches, [{"tflops": 1.0}])
+    loaded = tuned.load_tuned("sm_90")
+    assert loaded["tuned"] == launches
+    assert loaded["tuned_note"].startswith("NVIDIA H100 80GB HBM3, 2026-11-22, cuda-tile 1.7.0")
+    assert launches[(64, False)].hints() == {"occupancy": 2, "num_ctas": 2}
+    assert tuned.load_tuned("sm_80") == {}  # never tuned there
+
+
+def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    (tmp_path / "sm_90.json").write_text(json.dumps(
+        {"arch": "sm_90", "measured": CONTEXT, "launches": [{"head_dim": 96}], "search": []}))
+    with pytest.raises(ValueError, match=r"platforms/tuned/sm_90.json: a launch lacks"):
+        tuned.load_tuned("sm_90")
+
+
+ENTRY = PlatformEntry("sm_99", "test", {128: TileShape(64, 128)}, 2, "unmeasured", "not timed",
+                      worker_warps=8, tuned={(128, True): TunedLaunch(9, TileShape(128, 128), 1, 8)})
+
+
+@pytest.mark.parametrize("step,native,causal,expected", [
+    (1, False, True, (TileShape(64, 128), None)),  # the guide's steps take no hints
+    (6, True, True, (TileShape(64, 128), None)),  # natively, the kernel's ByTarget holds them
+    (6, False, True, (TileShape(64, 128), {"occupancy": 2})),  # another arch's entry brings its own
+    (7, False, False, (TileShape(64, 128), {"occupancy": 2, "num_worker_warps": 8})),
+    (7, True, True, (TileShape(128, 128), {"occupancy": 1, "num_worker_warps": 8})),  # tuned
+    (9, False, True, (TileShape(128, 128), {"occupancy": 1, "num_worker_warps": 8})),
+])
+def test_where_each_step_takes_its_launch_from(step, native, causal, expected):
+    assert STEPS[step].launch_config(ENTRY, native=native, head_dim=128, causal=causal) == expected
+
+
+def test_fastest_step_is_the_tuned_one_else_the_guides_last():
+    assert fastest_step(ENTRY, 128, True) == 9
+    assert fastest_step(ENTRY, 128, False) == GUIDE_FINAL_STEP == step_of(step6_approx_div).number

@@ -7,18 +7,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from cutile_fmha.assets import fmha_autotune as autotune
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
+from cutile_fmha.steps import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis.py",
-           "assets/fmha_tile_sweep.py"]
+           "assets/fmha_autotune.py"]
 
 
 def test_tutorial_defaults_are_the_guides_configuration():
     args = tutorial.parse_args([])
     assert (args.batch, args.heads, args.head_dim, args.seq_len) == (4, 32, 128, 2048)
-    assert args.causal and args.dtype == "float16" and args.steps == [1, 2, 3, 4, 5, 6]
+    assert args.causal and args.dtype == "float16" and args.steps == sorted(STEPS)
     assert not args.correctness_check and args.platform is None
 
 
@@ -38,13 +40,27 @@ def test_kv_heads_for_grouped_query_attention():
     assert scaling.parse_args(["--heads", "16", "--kv-heads", "1"]).kv_heads == 1
 
 
-@pytest.mark.parametrize("argv", [["--steps", "7"], ["--head-dim", "96"], ["--seq-len", "0"],
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--head-dim", "96"], ["--seq-len", "0"],
                                   ["--platform", "sm_75"], ["--dtype", "float32"],
                                   ["--kv-heads", "5"], ["--kv-heads", "0"]])
 def test_tutorial_refuses_bad_options(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         tutorial.parse_args(argv)
     assert exit_.value.code == 2
+
+
+def test_autotune_defaults_and_options():
+    args = autotune.parse_args([])
+    assert args.head_dim == [64, 128, 256] and args.seq_len == 8192 and args.output is None
+    args = autotune.parse_args(["--head-dim", "128", "--seq-len", "4096", "--output", "e.json"])
+    assert (args.head_dim, args.seq_len, args.output) == ([128], 4096, "e.json")
+    with pytest.raises(SystemExit):
+        autotune.parse_args(["--head-dim", "96"])
+
+
+def test_autotune_tunes_the_tuned_steps():
+    assert autotune.TUNED_STEPS == [n for n, step in sorted(STEPS.items()) if step.launch == "tuned"]
+    assert max(STEPS) in autotune.TUNED_STEPS
 
 
 def test_scaling_defaults():
