@@ -96,8 +96,9 @@ def describe(launch: TunedLaunch) -> str:
             f"{launch.num_ctas or 'auto'}")
 
 
-def search(args, arch: str) -> tuple[dict, list[dict]]:
-    """(fastest launch per (head dim, causal), the search's rows)."""
+def search(args, arch: str, save) -> tuple[dict, list[dict]]:
+    """(fastest launch per (head dim, causal), the search's rows); `save(best, rows)` after
+    each point, so that an interrupted search keeps what it measured."""
     space = search_space_for(arch)
     points = [(d, c) for d in args.head_dim for c in (True, False)]
     jobs = [(arch, d, c, launch, args.dtype) for d, c in points for launch in space.launches(FINAL_STEP)]
@@ -136,6 +137,7 @@ def search(args, arch: str) -> tuple[dict, list[dict]]:
                    f"best {describe(best[(head_dim, causal)])}: "
                    f"{max(r['tflops'] for r in step_rows):.0f} TFLOPS")
         rows += point_rows + step_rows
+        save(best, rows)
         del q, k, v
     timed.close()
     return best, rows
@@ -155,18 +157,22 @@ def main(argv=None) -> int:
         print(problem, file=sys.stderr)
         return 1
     arch = arch_of_capability(*torch.cuda.get_device_capability())
-    best, rows = search(args, arch)
     context = measure.run_context() | {
         "shape": f"B={args.batch} N={args.seq_len} {args.dtype}, H=32 (16 at D=256)"}
-    search_table = [{key: value for key, value in row.items() if key != "launch"} for row in rows]
-    path = write_tuned(arch, context, best, search_table,
-                       path=Path(args.output) if args.output else None)
+    path = Path(args.output) if args.output else tuned_path(arch)
+
+    def table(rows):
+        return [{key: value for key, value in row.items() if key != "launch"} for row in rows]
+
+    best, rows = search(args, arch, lambda best, rows: write_tuned(arch, context, best,
+                                                                   table(rows), path=path))
+    search_table = table(rows)
     print(measure.format_context(context))
     print(measure.format_table(search_table, COLUMNS))
     if args.markdown:
         measure.write_markdown(args.markdown, f"cuTile FMHA autotune, {arch}", context,
                                search_table, COLUMNS)
-    print(f"Wrote {path}" + ("" if args.output else f" (the launcher reads {tuned_path(arch)})"))
+    print(f"Wrote {path}" + ("" if args.output else " (the launcher reads it from now on)"))
     return 0
 
 

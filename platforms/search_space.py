@@ -1,8 +1,8 @@
 """What the autotuner (assets/fmha_autotune.py) tries on each architecture, as data.
 
 Every combination of the tile shapes and hints below is one candidate launch. The sm_90
-space is what an H100 sweep of 2026-11-22 narrowed down (measurements/): at D=64 and 128,
-N=8192, no best launch had 32-row or 256-row tiles or num_worker_warps=4.
+space is what two H100 searches of 2026-11-22 narrowed down (measurements/): no best launch
+had 32-row, 256-row or 64x64 tiles, num_worker_warps=4 or num_ctas=2.
 """
 
 import itertools
@@ -25,15 +25,15 @@ class SearchSpace:
                     self.tiles, self.occupancy, self.num_worker_warps, self.num_ctas)]
 
 
-_SQUARE_TILES = (TileShape(64, 64), TileShape(64, 128), TileShape(128, 64), TileShape(128, 128))
+_64_TO_128 = (TileShape(64, 128), TileShape(128, 64), TileShape(128, 128))
 
 SEARCH_SPACES = {
-    "sm_90": SearchSpace(tiles=_SQUARE_TILES, occupancy=(1, 2), num_worker_warps=(None, 8),
-                         num_ctas=(None, 2)),
+    "sm_90": SearchSpace(tiles=_64_TO_128, occupancy=(1, 2), num_worker_warps=(None, 8),
+                         num_ctas=(None,)),
 }
-DEFAULT_SEARCH_SPACE = SearchSpace(tiles=_SQUARE_TILES + (TileShape(256, 128),),
+DEFAULT_SEARCH_SPACE = SearchSpace(tiles=(TileShape(64, 64),) + _64_TO_128 + (TileShape(256, 128),),
                                    occupancy=(1, 2), num_worker_warps=(None, 4, 8),
-                                   num_ctas=(None,))
+                                   num_ctas=(None, 2))
 
 
 def search_space_for(arch: str) -> SearchSpace:
