@@ -24,9 +24,10 @@ class TunedLaunch:
     num_ctas: int | None = None  # None: the compiler's choice
 
     def hints(self) -> dict:
-        """The ``@ct.kernel`` hints, for ``kernel.replace_hints``."""
-        optional = {"num_worker_warps": self.num_worker_warps, "num_ctas": self.num_ctas}
-        return {"occupancy": self.occupancy} | {k: v for k, v in optional.items() if v is not None}
+        """The ``@ct.kernel`` hints, for ``kernel.replace_hints`` (None replaces the kernel's
+        own value with the compiler's choice)."""
+        return {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps,
+                "num_ctas": self.num_ctas}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Every combination of the tile shapes and hints below is one candidate launch. The sm_90
 space is what two H100 searches of 2026-11-22 narrowed down (measurements/): no best launch
-had 32-row, 256-row or 64x64 tiles, num_worker_warps=4 or num_ctas=2.
+had 32-row, 256-row or 64x64 tiles, num_worker_warps=4 or num_ctas=2. Its None (the
+compiler's choice of worker warps) is still unmeasured for steps 7-9: in that search a
+None left step 7's own 8 in place.
 """
 
 import itertools

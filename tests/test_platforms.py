@@ -113,7 +113,8 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
     loaded = tuned.load_tuned("sm_90")
     assert loaded["tuned"] == launches
     assert loaded["tuned_note"].startswith("NVIDIA H100 80GB HBM3, 2026-11-22, cuda-tile 1.7.0")
-    assert launches[(64, False)].hints() == {"occupancy": 2, "num_ctas": 2}
+    assert launches[(64, False)].hints() == {"occupancy": 2, "num_worker_warps": None,
+                                             "num_ctas": 2}
     assert tuned.load_tuned("sm_80") == {}  # never tuned there
 
 
@@ -125,6 +126,7 @@ def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):
         tuned.load_tuned("sm_90")
 
 
+TUNED_HINTS = {"occupancy": 1, "num_worker_warps": 8, "num_ctas": None}
 ENTRY = PlatformEntry("sm_99", "test", {128: TileShape(64, 128)}, 2, "unmeasured", "not timed",
                       worker_warps=8, tuned={(128, True): TunedLaunch(9, TileShape(128, 128), 1, 8)})
 
@@ -134,8 +136,8 @@ ENTRY = PlatformEntry("sm_99", "test", {128: TileShape(64, 128)}, 2, "unmeasured
     (6, True, True, (TileShape(64, 128), None)),  # natively, the kernel's ByTarget holds them
     (6, False, True, (TileShape(64, 128), {"occupancy": 2})),  # another arch's entry brings its own
     (7, False, False, (TileShape(64, 128), {"occupancy": 2, "num_worker_warps": 8})),
-    (7, True, True, (TileShape(128, 128), {"occupancy": 1, "num_worker_warps": 8})),  # tuned
-    (9, False, True, (TileShape(128, 128), {"occupancy": 1, "num_worker_warps": 8})),
+    (7, True, True, (TileShape(128, 128), TUNED_HINTS)),  # tuned, whichever entry
+    (9, False, True, (TileShape(128, 128), TUNED_HINTS)),
 ])
 def test_where_each_step_takes_its_launch_from(step, native, causal, expected):
     assert STEPS[step].launch_config(ENTRY, native=native, head_dim=128, causal=causal) == expected
