@@ -126,11 +126,11 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
             timed.update()
         fastest = max((r for r in point_rows if r["tflops"]), key=lambda r: r["tflops"])
         # Each tuned step at the fastest launch: which step is fastest here.
-        step_rows = [_row(head_dim, causal, dataclasses.replace(fastest["launch"], step=step),
-                          None, cudnn, None) for step in TUNED_STEPS]
-        for row in step_rows:
-            row["tflops"] = _time_launch(arch, shape, q, k, v, row["launch"], args.iterations)
-            row["vs_cudnn"] = row["tflops"] / cudnn
+        step_rows = []
+        for step in TUNED_STEPS:
+            launch = dataclasses.replace(fastest["launch"], step=step)
+            tflops = _time_launch(arch, shape, q, k, v, launch, args.iterations)
+            step_rows.append(_row(head_dim, causal, launch, tflops, cudnn, None))
             timed.update()
         best[(head_dim, causal)] = max(step_rows, key=lambda r: r["tflops"])["launch"]
         tqdm.write(f"D={head_dim} {'causal' if causal else 'non-causal'}: cuDNN {cudnn:.0f}, "
