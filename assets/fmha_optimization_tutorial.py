@@ -75,8 +75,8 @@ def _check(method, q, k, v, causal, platform) -> float:
 
 def run(args) -> tuple[dict, list[dict]]:
     """Times SDPA's backends and the chosen steps; returns (context, rows)."""
-    shape = measure.Shape(args.batch, args.heads, args.seq_len, args.seq_len, args.head_dim,
-                          args.causal, args.dtype, args.kv_heads)
+    shape = measure.Shape(args.batch, measure.heads_for(args.head_dim, args.heads), args.seq_len,
+                          args.seq_len, args.head_dim, args.causal, args.dtype, args.kv_heads)
     q, k, v = measure.make_inputs(shape)
     entry = plan_launch(q, k, v, causal=shape.causal, platform=args.platform).entry
     context = measure.run_context(entry) | {"shape": measure.describe_shape(shape)}

@@ -1,21 +1,24 @@
-"""Scaling analysis: every step and SDPA's backends across sequence lengths.
+"""Scaling analysis: every step and SDPA's backends across sequence lengths and head dims.
 
     python assets/fmha_scaling_analysis.py --iterations 100
+    python assets/fmha_scaling_analysis.py --dtypes float16 bfloat16 --seq-lens 4096 8192 16384 \
+        --steps 6 7 8 9                                      # the performance page's grid
 
-For each N (and causal and not) it times every method on the same fresh inputs and
-measures the extra peak GPU memory of one call, SDPA's math backend included, so the
-O(N) memory of the fused kernels stands next to the O(N^2) of the unfused one. Writes
-a Markdown report, CSV, JSON and (with matplotlib) PNG plots to --output-dir.
+For each dtype, head dim, causal or not and N it times every method on the same fresh
+inputs, gives each step's speedup over SDPA's cuDNN backend and over the best SDPA backend,
+and measures the extra peak GPU memory of one call, SDPA's math backend included, so the
+O(N) memory of the fused kernels stands next to the O(N^2) of the unfused one. Writes a
+Markdown report, CSV, JSON and (with matplotlib) PNG plots to --output-dir.
 """
 
 import argparse
 import datetime
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
@@ -24,12 +27,16 @@ from cutile_fmha.platforms import arch_of_capability, entry_for
 MIB = 1 << 20
 CAUSAL_MODES = {"causal": [True], "non-causal": [False], "both": [True, False]}
 COLUMNS = [
+    Column("dtype", "dtype"), Column("head_dim", "D"), Column("heads", "H"),
     Column("causal", "causal"), Column("seq_len", "N"), Column("step", "step"),
     Column("method", "method"), Column("latency_ms", "latency (ms)", ".3f"),
-    Column("tflops", "TFLOPS", ".1f"), Column("vs_best_sdpa", "vs best SDPA", ".2f"),
+    Column("tflops", "TFLOPS", ".1f"), Column("vs_cudnn", "vs SDPA cuDNN", ".2f"),
+    Column("vs_best_sdpa", "vs best SDPA", ".2f"),
+    Column("spread_pct", "spread of the rounds (%)", ".1f"),
     Column("extra_peak_mib", "extra peak memory (MiB)", ".1f"),
 ]
 MATH_BACKEND = "math"
+CUDNN_METHOD = "PyTorch SDPA (cudnn)"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,48 +47,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     measure.add_run_arguments(parser, sdpa_backends=["flash", "cudnn", "efficient"],
                               iterations_help="timed runs per point",
                               sdpa_help="SDPA backends to time (the math backend is measured "
-                                        "for memory only)")
+                                        "for memory only)", sweep=True)
+    parser.add_argument("--rounds", type=measure.positive_int, default=1,
+                        help="time every method this many times at each point, in turn, and "
+                             "keep the median (one timing moves by up to 4%%)")
     parser.add_argument("--output-dir", type=Path,
                         default=Path("results") / f"scaling-{datetime.date.today()}")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     args = parser.parse_args(argv)
     measure.check_run_arguments(parser, args)
     return args
-
-
-class Progress:
-    """Prints which point is running, how many are left and the estimated time left.
-
-    A point costs a fixed part (compile, warm-up, graph capture) plus a part that grows
-    with its FLOPs, so the estimate fits seconds = a + b * work to the finished points."""
-
-    def __init__(self, works: list[float]):
-        self.works = list(works)  # the work of every point, in the order they run
-        self.started = 0
-        self.seconds: list[float] = []  # time each finished point took
-        self.last_start: float | None = None
-
-    def point(self, label: str) -> None:
-        now = time.perf_counter()
-        if self.last_start is not None:
-            self.seconds.append(now - self.last_start)
-        self.last_start = now
-        self.started += 1
-        left = f", about {self._seconds_left():.0f}s left" if self.seconds else ""
-        print(f"[{self.started}/{len(self.works)}] {label}{left}", flush=True)
-
-    def skip(self, count: int) -> None:
-        """The next `count` points will not run."""
-        del self.works[self.started:self.started + count]
-
-    def _seconds_left(self) -> float:
-        done, remaining = self.works[:len(self.seconds)], self.works[len(self.seconds):]
-        mean_work, mean_seconds = statistics.mean(done), statistics.mean(self.seconds)
-        spread = sum((w - mean_work) ** 2 for w in done)
-        slope = max(0.0, sum((w - mean_work) * (t - mean_seconds)
-                             for w, t in zip(done, self.seconds)) / spread) if spread else 0.0
-        fixed = max(0.0, mean_seconds - slope * mean_work)
-        return sum(fixed + slope * work for work in remaining)
 
 
 def _peak_mib_or_oom(fn) -> float | str:
@@ -93,123 +68,204 @@ def _peak_mib_or_oom(fn) -> float | str:
         torch.cuda.empty_cache()
 
 
+def groups(args) -> list[tuple[str, int, bool]]:
+    """(dtype, head dim, causal) of each table of the report, in the order they run."""
+    return [(dtype, head_dim, causal) for dtype in args.dtypes for head_dim in args.head_dims
+            for causal in CAUSAL_MODES[args.causal]]
+
+
+def group_of(row: dict) -> tuple[str, int, bool]:
+    return row["dtype"], row["head_dim"], row["causal"]
+
+
 def sweep(args) -> list[dict]:
-    shapes = [measure.Shape(args.batch, args.heads, n, n, args.head_dim, causal, args.dtype,
-                            args.kv_heads)
-              for causal in CAUSAL_MODES[args.causal] for n in args.seq_lens]
-    per_point = len(args.steps) + len(args.sdpa_backends) + 1  # + the math backend
-    progress = Progress([shape.flops for shape in shapes for _ in range(per_point)])
+    shapes = [measure.Shape(args.batch, measure.heads_for(head_dim, args.heads), n, n, head_dim,
+                            causal, dtype, args.kv_heads)
+              for dtype, head_dim, causal in groups(args) for n in args.seq_lens]
+    per_point = (len(args.steps) + len(args.sdpa_backends)) * args.rounds + 1  # + math's memory
     rows = []
-    for shape in shapes:
-        causal, seq_len = shape.causal, shape.q_len
-        q, k, v = measure.make_inputs(shape, seed=seq_len)
-        found = measure.methods(q, k, v, causal=causal, steps=args.steps,
-                                sdpa_backends=args.sdpa_backends, platform=args.platform)
-        point_rows = []
-        for method in found:
-            progress.point(f"{method.name}, N={seq_len}, {'causal' if causal else 'non-causal'}")
-            label = method.name if method.step == measure.SDPA_STEP else \
-                f"step {method.step} {method.name}"
-            row = {"causal": causal, "seq_len": seq_len, "step": method.step, "method": label,
-                   "extra_peak_mib": _peak_mib_or_oom(method.run)}
-            try:
-                latency = measure.time_ms(method.run, args.iterations)
+    with tqdm(total=len(shapes) * per_point, unit="run") as progress:
+        for shape in shapes:
+            progress.set_description(f"{shape.dtype} D={shape.head_dim} N={shape.q_len} "
+                                     f"{'causal' if shape.causal else 'non-causal'}")
+            q, k, v = measure.make_inputs(shape, seed=shape.q_len)
+            found = measure.methods(q, k, v, causal=shape.causal, steps=args.steps,
+                                    sdpa_backends=args.sdpa_backends, platform=args.platform)
+            progress.update((len(args.sdpa_backends) + len(args.steps) - len(found))
+                            * args.rounds)  # backends that can't run here
+            point_rows = [_method_row(shape, method) for method in found]
+            # Every method once per round, in turn: a drift of the clocks during the point
+            # reaches them all, and the median of the rounds drops a stray timing.
+            timings = [[] for _ in found]
+            for _ in range(args.rounds):
+                for method, times in zip(found, timings):
+                    if "OOM" not in times:
+                        times.append(_time_or_oom(method.run, args.iterations))
+                    progress.update()
+            for row, times in zip(point_rows, timings):
+                if "OOM" in times:
+                    row |= {"latency_ms": "OOM", "tflops": "OOM"}
+                    continue
+                latency = statistics.median(times)
                 row |= {"latency_ms": latency, "tflops": measure.tflops(shape.flops, latency)}
-            except torch.cuda.OutOfMemoryError:
-                row |= {"latency_ms": "OOM", "tflops": "OOM"}
-                torch.cuda.empty_cache()
-            point_rows.append(row)
-        progress.skip(per_point - 1 - len(found))  # backends that can't run here
-        progress.point(f"SDPA math (memory only), N={seq_len}")
-        math_call = lambda: measure.sdpa(q, k, v, causal=causal, backend=MATH_BACKEND)
-        point_rows.append({"causal": causal, "seq_len": seq_len, "step": measure.SDPA_STEP,
-                           "method": "PyTorch SDPA (math)",
-                           "extra_peak_mib": _peak_mib_or_oom(math_call)})
-        sdpa_latencies = [r["latency_ms"] for r in point_rows
-                          if r["step"] == measure.SDPA_STEP
-                          and isinstance(r.get("latency_ms"), float)]
-        for row in point_rows:
-            if (row["step"] != measure.SDPA_STEP and sdpa_latencies
-                    and isinstance(row.get("latency_ms"), float)):
-                row["vs_best_sdpa"] = min(sdpa_latencies) / row["latency_ms"]
-        rows += point_rows
+                if len(times) > 1:
+                    row["spread_pct"] = 100 * (max(times) - min(times)) / latency
+            math_call = lambda: measure.sdpa(q, k, v, causal=shape.causal, backend=MATH_BACKEND)
+            point_rows.append(_where(shape) | {"step": measure.SDPA_STEP,
+                                               "method": "PyTorch SDPA (math)",
+                                               "extra_peak_mib": _peak_mib_or_oom(math_call)})
+            progress.update()
+            add_speedups(point_rows)
+            rows += point_rows
+            del q, k, v
     return rows
 
 
-def pivot(rows: list[dict], value: str, seq_lens: list[int], causal: bool,
+def _where(shape: measure.Shape) -> dict:
+    return {"dtype": shape.dtype, "head_dim": shape.head_dim, "heads": shape.heads,
+            "causal": shape.causal, "seq_len": shape.q_len}
+
+
+def _method_row(shape: measure.Shape, method: measure.Method) -> dict:
+    """A method's row at one point, with the extra peak memory of one call."""
+    label = method.name if method.step == measure.SDPA_STEP else \
+        f"step {method.step} {method.name}"
+    return _where(shape) | {"step": method.step, "method": label,
+                            "extra_peak_mib": _peak_mib_or_oom(method.run)}
+
+
+def _time_or_oom(fn, iterations: int) -> float | str:
+    try:
+        return measure.time_ms(fn, iterations)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return "OOM"
+
+
+def add_speedups(point_rows: list[dict]) -> None:
+    """Each step's speedup over SDPA's cuDNN backend and over the best SDPA backend timed
+    at the same point."""
+    timed = [r for r in point_rows if isinstance(r.get("latency_ms"), float)]
+    sdpa = {r["method"]: r["latency_ms"] for r in timed if r["step"] == measure.SDPA_STEP}
+    for row in timed:
+        if row["step"] == measure.SDPA_STEP:
+            continue
+        if CUDNN_METHOD in sdpa:
+            row["vs_cudnn"] = sdpa[CUDNN_METHOD] / row["latency_ms"]
+        if sdpa:
+            row["vs_best_sdpa"] = min(sdpa.values()) / row["latency_ms"]
+
+
+def pivot(rows: list[dict], value: str, seq_lens: list[int], group: tuple,
           fmt: str) -> tuple[list[dict], list[Column]]:
-    """One row per method, one column per N: the wide tables of the report."""
-    methods = list(dict.fromkeys(r["method"] for r in rows if r["causal"] == causal))
+    """One row per method, one column per N, for one (dtype, head dim, causal) group: the
+    wide tables of the report."""
+    rows = [r for r in rows if group_of(r) == group]
     table = []
-    for method in methods:
-        line = {"method": method}
-        for r in rows:
-            if r["method"] == method and r["causal"] == causal and value in r:
-                line[f"n{r['seq_len']}"] = r[value]
+    for method in dict.fromkeys(r["method"] for r in rows):
+        line = {"method": method} | {f"n{r['seq_len']}": r[value] for r in rows
+                                     if r["method"] == method and value in r}
         if len(line) > 1:
             table.append(line)
     return table, [Column("method", "method")] + [Column(f"n{n}", f"N={n}", fmt)
                                                    for n in seq_lens]
 
 
+def best_steps(rows: list[dict], args) -> tuple[list[dict], list[Column]]:
+    """Per group and N, the fastest step's speedup over SDPA cuDNN, with its number."""
+    table = []
+    for group in groups(args):
+        dtype, head_dim, causal = group
+        line = {"dtype": dtype, "head_dim": head_dim,
+                "causal": "causal" if causal else "non-causal"}
+        for n in args.seq_lens:
+            steps = [r for r in rows if group_of(r) == group and r["seq_len"] == n
+                     and "vs_cudnn" in r]
+            if steps:
+                best = max(steps, key=lambda r: r["vs_cudnn"])
+                line[f"n{n}"] = f"{best['vs_cudnn']:.2f} (step {best['step']})"
+        table.append(line)
+    return table, [Column("dtype", "dtype"), Column("head_dim", "D"), Column("causal", "causal")] \
+        + [Column(f"n{n}", f"N={n}") for n in args.seq_lens]
+
+
 REPORT_TABLES = [("tflops", "TFLOPS", ".1f"),
+                 ("vs_cudnn", "Speedup over SDPA cuDNN", ".2f"),
                  ("vs_best_sdpa", "Speedup over the best SDPA backend", ".2f"),
-                 ("extra_peak_mib", "Extra peak memory of one call (MiB)", ".1f")]
+                 ("extra_peak_mib", "Extra peak memory of one call (MiB)", ".1f"),
+                 ("spread_pct", "Spread of the rounds (max - min, % of the median)", ".1f")]
+
+
+def describe_group(group: tuple, args) -> str:
+    dtype, head_dim, causal = group
+    heads = measure.describe_heads(measure.heads_for(head_dim, args.heads), args.kv_heads)
+    return f"{dtype}, D={head_dim}, {heads}, {'causal' if causal else 'non-causal'}"
 
 
 def report(rows, args, context) -> str:
-    """The Markdown report: one wide table per quantity and causal mode."""
+    """The Markdown report: the fastest step against cuDNN, then one wide table per
+    quantity for each dtype, head dim and causal mode."""
     lines = ["# cuTile FMHA scaling analysis", ""]
     lines += [f"- {key}: {value}" for key, value in context.items()]
-    for causal in CAUSAL_MODES[args.causal]:
+    table, columns = best_steps(rows, args)
+    lines += ["", "## The fastest step against SDPA cuDNN", "",
+              measure.format_table(table, columns, "github")]
+    for group in groups(args):
+        lines += ["", f"## {describe_group(group, args)}"]
         for value, title, fmt in REPORT_TABLES:
-            table, columns = pivot(rows, value, args.seq_lens, causal, fmt)
-            lines += ["", f"## {title}, {'causal' if causal else 'non-causal'}", "",
-                      measure.format_table(table, columns, "github")]
+            table, columns = pivot(rows, value, args.seq_lens, group, fmt)
+            if table:
+                lines += ["", f"### {title}", "", measure.format_table(table, columns, "github")]
     return "\n".join(lines) + "\n"
 
 
+PLOTS = [("tflops", "TFLOPS", "tflops_vs_seq_len.png"),
+         ("vs_cudnn", "speedup over SDPA cuDNN (x)", "speedup_vs_cudnn.png")]
+
+
 def plot(rows, args, context, output_dir: Path) -> list[Path]:
-    """TFLOPS against N per method, and each step's speedup over the best SDPA backend."""
+    """TFLOPS against N per method, and each step's speedup over SDPA cuDNN: one panel per
+    dtype and head dim (rows) and causal mode (columns)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     modes = CAUSAL_MODES[args.causal]
-    # One color per method in both figures, so a step keeps its color across plots.
+    panels = [(dtype, head_dim) for dtype in args.dtypes for head_dim in args.head_dims]
+    # One color per method in every panel, so a step keeps its color across plots.
     colors = {name: f"C{i % 10}" for i, name in
               enumerate(dict.fromkeys(r["method"] for r in rows if "tflops" in r))}
     written = []
-    for value, ylabel, name in (("tflops", "TFLOPS", "tflops_vs_seq_len.png"),
-                                ("vs_best_sdpa", "speedup over the best SDPA backend (x)",
-                                 "speedup_vs_sdpa.png")):
-        figure, axes = plt.subplots(1, len(modes), figsize=(7 * len(modes), 5), squeeze=False)
-        for axis, causal in zip(axes[0], modes):
-            table, _ = pivot(rows, value, args.seq_lens, causal, "")
-            for line in table:
-                points = [(n, line.get(f"n{n}")) for n in args.seq_lens]
-                points = [(n, y) for n, y in points if isinstance(y, float)]
-                if points:
-                    axis.plot(*zip(*points), marker="o", label=line["method"],
-                              color=colors[line["method"]],
-                              linestyle="--" if line["method"].startswith("PyTorch") else "-")
-            axis.set_ylim(bottom=0)
-            if value == "vs_best_sdpa":
-                axis.axhline(1.0, color="black", linewidth=1, linestyle=":")
-                axis.set_ylim(top=max(1.2, axis.get_ylim()[1]))
-            axis.set_xscale("log", base=2)
-            axis.set_xticks(args.seq_lens, [str(n) for n in args.seq_lens])
-            axis.set_xlabel("sequence length N")
-            axis.set_ylabel(ylabel)
-            axis.set_title("causal" if causal else "non-causal")
-            axis.grid(True, alpha=0.3)
-            axis.legend(fontsize=8)
-        figure.suptitle(f"cuTile FMHA on {context['gpu']} ({context['arch']}): "
-                        f"{context['shape']}")
+    for value, ylabel, name in PLOTS:
+        figure, axes = plt.subplots(len(panels), len(modes), squeeze=False,
+                                    figsize=(7 * len(modes), 4.5 * len(panels)))
+        for (dtype, head_dim), axes_row in zip(panels, axes):
+            for axis, causal in zip(axes_row, modes):
+                table, _ = pivot(rows, value, args.seq_lens, (dtype, head_dim, causal), "")
+                for line in table:
+                    points = [(n, line.get(f"n{n}")) for n in args.seq_lens]
+                    points = [(n, y) for n, y in points if isinstance(y, float)]
+                    if points:
+                        axis.plot(*zip(*points), marker="o", label=line["method"],
+                                  color=colors[line["method"]],
+                                  linestyle="--" if line["method"].startswith("PyTorch") else "-")
+                if value == "vs_cudnn":
+                    axis.axhline(1.0, color="black", linewidth=1, linestyle=":")
+                else:
+                    axis.set_ylim(bottom=0)
+                axis.set_xscale("log", base=2)
+                axis.set_xticks(args.seq_lens, [str(n) for n in args.seq_lens])
+                axis.set_xlabel("sequence length N")
+                axis.set_ylabel(ylabel)
+                axis.set_title(describe_group((dtype, head_dim, causal), args))
+                axis.grid(True, alpha=0.3)
+                if axis.get_legend_handles_labels()[0]:  # no cuDNN here: no speedups
+                    axis.legend(fontsize=7)
+        figure.suptitle(f"cuTile FMHA on {context['gpu']} ({context['arch']}), {context['shape']}")
         figure.tight_layout()
         path = output_dir / name
-        figure.savefig(path, dpi=110)
+        figure.savefig(path, dpi=90)
         plt.close(figure)
         written.append(path)
     return written
@@ -237,8 +293,7 @@ def main(argv=None) -> int:
         return 1
     arch = arch_of_capability(*torch.cuda.get_device_capability())
     context = measure.run_context(entry_for(args.platform or arch)) | {
-        "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)} "
-                 f"D={args.head_dim} {args.dtype}"}
+        "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)}"}
     rows = sweep(args)
     written = write_outputs(rows, args, context)
     print(report(rows, args, context))

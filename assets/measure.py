@@ -211,17 +211,32 @@ def positive_int(text: str) -> int:
     return value
 
 
+def heads_for(head_dim: int, heads: int | None) -> int:
+    """--heads, or by default 32: 16 at D=256, which does the same FLOPs per token as 32
+    heads at D=128 (the target grid's shapes)."""
+    if heads is not None:
+        return heads
+    return 16 if head_dim == 256 else 32
+
+
 def add_run_arguments(parser: argparse.ArgumentParser, *, sdpa_backends: list[str],
-                      iterations_help: str, sdpa_help: str) -> None:
+                      iterations_help: str, sdpa_help: str, sweep: bool = False) -> None:
     """Shape, steps, platform entry and SDPA baselines, as the tutorial and the scaling
-    analysis both take them."""
+    analysis both take them. `sweep`: head dims and dtypes are axes (--head-dims,
+    --dtypes), not one value each (--head-dim, --dtype)."""
     parser.add_argument("--batch", type=positive_int, default=4)
-    parser.add_argument("--heads", type=positive_int, default=32)
+    parser.add_argument("--heads", type=positive_int, default=None,
+                        help="query heads (default: 32, or 16 at D=256)")
     parser.add_argument("--kv-heads", type=positive_int, default=None,
-                        help="K/V heads for grouped-query attention, dividing --heads "
-                             "(default: as many as --heads)")
-    parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
-    parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
+                        help="K/V heads for grouped-query attention, dividing the query heads "
+                             "(default: as many)")
+    if sweep:
+        parser.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS),
+                            choices=HEAD_DIMS)
+        parser.add_argument("--dtypes", nargs="+", default=["float16"], choices=sorted(DTYPES))
+    else:
+        parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
+        parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
     parser.add_argument("--iterations", type=positive_int, default=100, help=iterations_help)
     parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
                         choices=sorted(STEPS), help="which steps to run (default: all)")
@@ -233,13 +248,20 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, sdpa_backends: list[st
 
 def check_run_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What add_run_arguments' options cannot check one by one."""
-    if args.kv_heads is not None and args.heads % args.kv_heads:
-        parser.error(f"--kv-heads must divide --heads, got {args.kv_heads} and {args.heads}")
+    if args.kv_heads is None:
+        return
+    for head_dim in getattr(args, "head_dims", [getattr(args, "head_dim", None)]):
+        heads = heads_for(head_dim, args.heads)
+        if heads % args.kv_heads:
+            parser.error(f"--kv-heads must divide the query heads, got {args.kv_heads} and "
+                         f"{heads}" + ("" if args.heads else f" (the default at D={head_dim})"))
 
 
-def describe_heads(heads: int, kv_heads: int | None) -> str:
-    """"H=32", or "H=32 (K/V heads 8)" for grouped-query attention."""
-    return f"H={heads}" + (f" (K/V heads {kv_heads})" if kv_heads not in (None, heads) else "")
+def describe_heads(heads: int | None, kv_heads: int | None) -> str:
+    """"H=32", "H=32 (K/V heads 8)" for grouped-query attention, or for heads=None the
+    default, "H=32 (16 at D=256)"."""
+    text = f"H={heads}" if heads is not None else "H=32 (16 at D=256)"
+    return text + (f" (K/V heads {kv_heads})" if kv_heads not in (None, heads) else "")
 
 
 def describe_shape(shape: Shape) -> str:

@@ -2,9 +2,9 @@
 
 Every combination of the tile shapes and hints below is one candidate launch. The sm_90
 space is what two H100 searches of 2026-11-22 narrowed down (measurements/): no best launch
-had 32-row, 256-row or 64x64 tiles, num_worker_warps=4 or num_ctas=2. Its None (the
-compiler's choice of worker warps) is still unmeasured for steps 7-9: in that search a
-None left step 7's own 8 in place.
+had 32-row, 256-row or 64x64 tiles, num_worker_warps=4 or num_ctas=2. The compiler's own
+choice of worker warps (None) stays: with 64x128 tiles it is the fastest launch at D=128
+without the causal mask (measurements/sm_90-h100-2026-11-22-autotune.md).
 """
 
 import itertools
@@ -26,6 +26,13 @@ class SearchSpace:
                 for tiles, occupancy, warps, ctas in itertools.product(
                     self.tiles, self.occupancy, self.num_worker_warps, self.num_ctas)]
 
+
+# Candidates whose stack frame (register spills) is larger are skipped without timing:
+# kilobytes of spills are never fast. A few spilled registers can be: at D=256 without the
+# causal mask, 128x128 tiles with eight worker warps spill two registers (8 bytes, an STL
+# and an LDL per key tile, served by L1) and ran 4-6% faster than any launch without
+# spills (measurements/sm_90-h100-2026-11-22-ideas.md).
+MAX_STACK_BYTES = 64
 
 _64_TO_128 = (TileShape(64, 128), TileShape(128, 64), TileShape(128, 128))
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import cuda.tile as ct
 from cuda.tile.compilation import export_kernel
@@ -96,6 +97,8 @@ def main(argv=None) -> int:
     parser.add_argument("--resources", action="store_true",
                         help="show registers, stack frame and shared memory per kernel (a "
                              "stack frame is local memory: register spills or local arrays)")
+    parser.add_argument("--output-dir", type=Path,
+                        help="also write each cubin there, for cuobjdump --dump-sass")
     args = parser.parse_args(argv)
     report = check_compiler()
     if report.problems:
@@ -119,6 +122,12 @@ def main(argv=None) -> int:
                     print(f"{arch} D={head_dim} step {step}: FAILED {type(error).__name__}: "
                           f"{str(error).splitlines()[0] if str(error) else ''}")
                     continue
+                if args.output_dir:
+                    args.output_dir.mkdir(parents=True, exist_ok=True)
+                    name = (f"{arch}-{args.dtype}-d{head_dim}-step{step}"
+                            f"{'-causal' if args.causal else ''}{'-lse' if args.lse else ''}"
+                            f"-group{args.query_group}.cubin")
+                    (args.output_dir / name).write_bytes(cubin)
                 try:
                     detail = resource_usage(cubin) if args.resources else f"{len(cubin)} bytes"
                 except FileNotFoundError as error:

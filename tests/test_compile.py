@@ -74,3 +74,10 @@ def test_compile_command_names_architectures_it_cannot_build(capsys, monkeypatch
         "sm_90: tileiras 13.2 (pip package: /site/nvidia/cu13/bin/tileiras) cannot build for "
         "sm_90: it builds for sm_80, sm_100. Fix: pip install -U 'nvidia-cuda-tileiras>=13.4' "
         "'nvidia-cuda-nvcc>=13.4' 'nvidia-nvvm>=13.4'"]
+
+
+def test_compile_command_writes_cubins_for_the_disassembler(tmp_path, capsys):
+    assert compile_main(["--arch", "sm_90", "--steps", "9", "--head-dim", "64",
+                         "--output-dir", str(tmp_path)]) == 0
+    cubin = (tmp_path / "sm_90-float16-d64-step9-causal-group1.cubin").read_bytes()
+    assert cubin[:4] == b"\x7fELF"

@@ -1,8 +1,8 @@
 """What the compiler makes of the kernels on Hopper, read from the cubin (no GPU).
 
 The sm_90 table entry was chosen by timing; these checks say why the final step is fast
-and keep it so: warpgroup MMA (HGMMA) and TMA loads (UTMALDG), and no stack frame (no
-spills). They also pin down what two ideas cost: the approximate division, and the
+and keep it so: warpgroup MMA (HGMMA) and TMA loads (UTMALDG), and at most a few spilled
+registers. They also pin down what two ideas cost: the approximate division, and the
 log-sum-exp output, which must cost nothing when it is off.
 """
 
@@ -18,9 +18,10 @@ from cuda.tile.compilation import export_kernel
 from cutile_fmha.kernels import step5_occupancy, step6_approx_div
 from cutile_fmha.platforms import HEAD_DIMS, entry_for
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
-from cutile_fmha.steps import FINAL_STEP, STEPS
+from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
+from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.compile import CT_DTYPES, compile_step, resource_usage, sass
-from cutile_fmha.steps.definitions import step_of
+from cutile_fmha.steps.definitions import fastest_step, step_of
 from cutile_fmha.steps.family import FORWARD, forward_constants
 
 pytestmark = pytest.mark.skipif(
@@ -29,14 +30,21 @@ pytestmark = pytest.mark.skipif(
     reason="needs tileiras, cuobjdump and nvdisasm (pip install -e '.[dev]')")
 
 
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim):
-    cubin = compile_step(FINAL_STEP, "sm_90", dtype="float16", head_dim=head_dim, causal=True)
+def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim, causal):
+    """What the drop-in runs on sm_90: the fastest step at its tuned launch."""
+    step = fastest_step(entry_for("sm_90"), head_dim, causal)
+    cubin = compile_step(step, "sm_90", dtype="float16", head_dim=head_dim, causal=causal)
     usage = resource_usage(cubin)
-    assert re.search(r"STACK:0\b", usage), f"register spills: {usage}"
+    stack_bytes = int(re.search(r"STACK:(\d+)", usage)[1])
     code = sass(cubin)
     assert "HGMMA" in code and "UTMALDG" in code
-    assert not re.search(r"\b(STL|LDL)\b", code), "local-memory traffic in the SASS"
+    # The autotuner times a launch with a few spilled registers (platforms/search_space.py)
+    # and keeps it only where it measured faster than every launch without.
+    assert stack_bytes <= MAX_STACK_BYTES, f"register spills: {usage}"
+    if not stack_bytes:
+        assert not re.search(r"\b(STL|LDL)\b", code), "local-memory traffic in the SASS"
 
 
 def test_approximate_division_is_a_hardware_reciprocal():

@@ -95,32 +95,52 @@ def scaling_rows():
     rows = []
     for causal in (True, False):
         for n in (1024, 2048):
-            rows.append({"causal": causal, "seq_len": n, "step": 0,
-                         "method": "PyTorch SDPA (flash)", "latency_ms": 1.0 * n / 1024,
-                         "tflops": 300.0, "extra_peak_mib": 8.0})
-            rows.append({"causal": causal, "seq_len": n, "step": 6, "method": "+ Approx division",
-                         "latency_ms": 0.8 * n / 1024, "tflops": 375.0, "vs_best_sdpa": 1.25,
-                         "extra_peak_mib": 8.0})
-            rows.append({"causal": causal, "seq_len": n, "step": 0,
-                         "method": "PyTorch SDPA (math)",
-                         "extra_peak_mib": "OOM" if n == 2048 else 1312.0})
+            point = {"dtype": "float16", "head_dim": 128, "heads": 32, "causal": causal,
+                     "seq_len": n}
+            rows.append(point | {"step": 0, "method": "PyTorch SDPA (cudnn)",
+                                 "latency_ms": 0.9 * n / 1024, "tflops": 330.0,
+                                 "extra_peak_mib": 8.0})
+            rows.append(point | {"step": 0, "method": "PyTorch SDPA (flash)",
+                                 "latency_ms": 1.0 * n / 1024, "tflops": 300.0,
+                                 "extra_peak_mib": 8.0})
+            for step, latency in ((6, 0.8), (7, 1.2)):
+                rows.append(point | {"step": step, "method": f"step {step}",
+                                     "latency_ms": latency * n / 1024, "tflops": 375.0,
+                                     "extra_peak_mib": 8.0})
+            rows.append(point | {"step": 0, "method": "PyTorch SDPA (math)",
+                                 "extra_peak_mib": "OOM" if n == 2048 else 1312.0})
     return rows
 
 
 def scaling_args(tmp_path, *extra):
-    return scaling.parse_args(["--seq-lens", "1024", "2048", "--output-dir", str(tmp_path),
-                               *extra])
+    return scaling.parse_args(["--seq-lens", "1024", "2048", "--head-dims", "128",
+                               "--output-dir", str(tmp_path), *extra])
 
 
-CONTEXT = {"gpu": "NVIDIA Test GPU", "arch": "sm_90", "shape": "B=1 H=1 D=128 float16"}
+CONTEXT = {"gpu": "NVIDIA Test GPU", "arch": "sm_90", "shape": "B=1 H=1"}
+
+
+def test_scaling_speedups_against_cudnn_and_the_best_backend():
+    rows = scaling_rows()[:5]  # one point: cuDNN 0.9 ms, flash 1.0, steps 6 (0.8) and 7 (1.2)
+    scaling.add_speedups(rows)
+    step6, step7 = rows[2], rows[3]
+    assert step6["vs_cudnn"] == pytest.approx(0.9 / 0.8)
+    assert step7["vs_best_sdpa"] == pytest.approx(0.9 / 1.2)
+    assert not any("vs_cudnn" in r for r in rows if r["step"] == 0)
 
 
 def test_scaling_report_pivots_and_shows_oom(tmp_path):
-    text = scaling.report(scaling_rows(), scaling_args(tmp_path), CONTEXT)
-    assert "## TFLOPS, causal" in text and "## Speedup over the best SDPA backend, non-causal" in text
-    memory = text.split("## Extra peak memory of one call (MiB), causal")[1].split("##")[0]
+    rows = scaling_rows()
+    for point in range(0, len(rows), 5):
+        scaling.add_speedups(rows[point:point + 5])
+    text = scaling.report(rows, scaling_args(tmp_path), CONTEXT)
+    best = text.split("## The fastest step against SDPA cuDNN")[1].split("##")[0]
+    assert "| float16 | 128 | causal     | 1.12 (step 6) | 1.12 (step 6) |" in best
+    causal = text.split("## float16, D=128, H=32, causal")[1].split("\n## ")[0]
+    assert "### Speedup over SDPA cuDNN" in causal and "### Speedup over the best SDPA" in causal
+    memory = causal.split("### Extra peak memory of one call (MiB)")[1]
     assert "| PyTorch SDPA (math)" in memory and "OOM" in memory and "1312.0" in memory
-    tflops = text.split("## TFLOPS, causal")[1].split("##")[0]
+    tflops = causal.split("### TFLOPS")[1].split("###")[0]
     assert "PyTorch SDPA (math)" not in tflops  # timed for memory only
 
 
@@ -128,12 +148,12 @@ def test_scaling_writes_every_format_and_valid_pngs(tmp_path):
     pytest.importorskip("matplotlib")
     written = scaling.write_outputs(scaling_rows(), scaling_args(tmp_path), CONTEXT)
     names = sorted(p.name for p in written)
-    assert names == ["scaling.csv", "scaling.json", "scaling.md", "speedup_vs_sdpa.png",
+    assert names == ["scaling.csv", "scaling.json", "scaling.md", "speedup_vs_cudnn.png",
                      "tflops_vs_seq_len.png"]
     for png in tmp_path.glob("*.png"):
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    assert len(list(csv.DictReader((tmp_path / "scaling.csv").open()))) == 12
+    assert len(list(csv.DictReader((tmp_path / "scaling.csv").open()))) == 20
 
 
 def test_scaling_without_plots(tmp_path):
@@ -141,20 +161,25 @@ def test_scaling_without_plots(tmp_path):
     assert not any(p.suffix == ".png" for p in written)
 
 
-def test_progress_says_which_point_how_many_and_time_left(capsys, monkeypatch):
-    clock = iter([0.0, 10.0, 40.0])
-    monkeypatch.setattr(scaling.time, "perf_counter", lambda: next(clock))
-    progress = scaling.Progress([1.0, 3.0, 5.0])
-    progress.point("first")  # t=0: nothing finished, no estimate
-    progress.point("second")  # t=10: one point of work 1 took 10 s; 3 and 5 left
-    progress.point("third")  # t=40: work 3 took 30 s, so seconds = 10 * work; 5 left
-    assert capsys.readouterr().out.splitlines() == [
-        "[1/3] first", "[2/3] second, about 20s left", "[3/3] third, about 50s left"]
+def test_scaling_rounds_alternate_methods_and_keep_the_median(tmp_path, monkeypatch):
+    calls = []
+    times = {"cudnn": iter([1.0, 1.2, 0.9]), "step": iter([0.5, 0.7, 0.6])}
+    found = [measure.Method(0, "PyTorch SDPA (cudnn)", lambda: None, "cudnn"),
+             measure.Method(9, "+ Unmasked loop", lambda: None)]
+    monkeypatch.setattr(measure, "make_inputs", lambda shape, seed: (None, None, None))
+    monkeypatch.setattr(measure, "methods", lambda *a, **k: found)
+    monkeypatch.setattr(scaling, "_peak_mib_or_oom", lambda fn: 1.0)
 
+    def time_ms(fn, iterations):
+        name = "cudnn" if fn is found[0].run else "step"
+        calls.append(name)
+        return next(times[name])
 
-def test_progress_skips_points_that_will_not_run(capsys):
-    progress = scaling.Progress([1.0, 1.0, 1.0, 1.0])
-    progress.point("first")
-    progress.skip(2)
-    progress.point("last")
-    assert capsys.readouterr().out.splitlines()[1].startswith("[2/2] last")
+    monkeypatch.setattr(measure, "time_ms", time_ms)
+    args = scaling_args(tmp_path, "--seq-lens", "1024", "--causal", "causal", "--rounds", "3",
+                        "--steps", "9", "--sdpa-backends", "cudnn")
+    rows = scaling.sweep(args)
+    assert calls == ["cudnn", "step"] * 3
+    step = next(r for r in rows if r["step"] == 9)
+    assert step["latency_ms"] == 0.6 and step["spread_pct"] == pytest.approx(100 * 0.2 / 0.6)
+    assert step["vs_cudnn"] == pytest.approx(1.0 / 0.6)

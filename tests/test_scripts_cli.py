@@ -10,6 +10,7 @@ import torch
 from cutile_fmha.assets import fmha_autotune as autotune
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
+from cutile_fmha.assets import measure
 from cutile_fmha.steps import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +20,8 @@ SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis
 
 def test_tutorial_defaults_are_the_guides_configuration():
     args = tutorial.parse_args([])
-    assert (args.batch, args.heads, args.head_dim, args.seq_len) == (4, 32, 128, 2048)
+    assert (args.batch, args.head_dim, args.seq_len) == (4, 128, 2048)
+    assert measure.heads_for(args.head_dim, args.heads) == 32
     assert args.causal and args.dtype == "float16" and args.steps == sorted(STEPS)
     assert not args.correctness_check and args.platform is None
 
@@ -38,6 +40,15 @@ def test_kv_heads_for_grouped_query_attention():
     assert tutorial.parse_args([]).kv_heads is None
     assert tutorial.parse_args(["--kv-heads", "8"]).kv_heads == 8
     assert scaling.parse_args(["--heads", "16", "--kv-heads", "1"]).kv_heads == 1
+    # 32 query heads by default, 16 at D=256: 8 K/V heads divide both.
+    assert scaling.parse_args(["--kv-heads", "8"]).kv_heads == 8
+
+
+def test_default_heads_do_the_same_work_per_token_at_every_head_dim():
+    assert [measure.heads_for(d, None) for d in (64, 128, 256)] == [32, 32, 16]
+    assert measure.heads_for(256, 8) == 8
+    assert measure.describe_heads(None, None) == "H=32 (16 at D=256)"
+    assert measure.describe_heads(32, 8) == "H=32 (K/V heads 8)"
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--head-dim", "96"], ["--seq-len", "0"],
@@ -66,13 +77,16 @@ def test_autotune_tunes_the_tuned_steps():
 def test_scaling_defaults():
     args = scaling.parse_args([])
     assert args.seq_lens == [1024, 2048, 4096, 8192, 16384]
+    assert args.head_dims == [64, 128, 256] and args.dtypes == ["float16"]
     assert args.causal == "both" and args.iterations == 100
     assert args.sdpa_backends == ["flash", "cudnn", "efficient"]
     assert str(args.output_dir).startswith("results/scaling-")
 
 
 @pytest.mark.parametrize("argv", [["--seq-lens", "0"], ["--sdpa-backends", "math"],
-                                  ["--causal", "maybe"], ["--kv-heads", "3"]])
+                                  ["--causal", "maybe"], ["--kv-heads", "3"],
+                                  ["--kv-heads", "32"],  # 16 heads at D=256
+                                  ["--head-dims", "96"], ["--dtypes", "float32"]])
 def test_scaling_refuses_bad_options(argv):
     with pytest.raises(SystemExit):
         scaling.parse_args(argv)

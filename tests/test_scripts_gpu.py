@@ -37,13 +37,19 @@ def test_tutorial_with_grouped_query_heads(tmp_path, capsys):
 
 def test_scaling_analysis_end_to_end(tmp_path):
     status = scaling.main([*TINY, "--seq-lens", "128", "256", "--causal", "both",
-                           "--steps", "1", "6", "--output-dir", str(tmp_path)])
+                           "--head-dims", "64", "128", "--dtypes", "float16", "bfloat16",
+                           "--steps", "1", "6", "--rounds", "2", "--output-dir", str(tmp_path)])
     assert status == 0
     rows = json.loads((tmp_path / "scaling.json").read_text())["results"]
-    assert {(r["seq_len"], r["causal"]) for r in rows} == {(128, True), (256, True),
-                                                           (128, False), (256, False)}
+    assert all(r["spread_pct"] >= 0 for r in rows if "tflops" in r)
+    assert {(r["dtype"], r["head_dim"], r["seq_len"], r["causal"]) for r in rows} == {
+        (dtype, d, n, c) for dtype in ("float16", "bfloat16") for d in (64, 128)
+        for n in (128, 256) for c in (True, False)}
     math_rows = [r for r in rows if r["method"] == "PyTorch SDPA (math)"]
-    assert len(math_rows) == 4 and all(r["extra_peak_mib"] != "OOM" for r in math_rows)
+    assert len(math_rows) == 16 and all(r["extra_peak_mib"] != "OOM" for r in math_rows)
     assert all(isinstance(r["tflops"], float) for r in rows if r["step"] == 6)
-    for png in ("tflops_vs_seq_len.png", "speedup_vs_sdpa.png"):
+    if any(r["method"] == scaling.CUDNN_METHOD and "tflops" in r for r in rows):
+        assert all(r["vs_cudnn"] > 0 for r in rows if r["step"] == 6)
+    assert "## The fastest step against SDPA cuDNN" in (tmp_path / "scaling.md").read_text()
+    for png in ("tflops_vs_seq_len.png", "speedup_vs_cudnn.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
