@@ -49,8 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                               sdpa_help="SDPA backends to time (the math backend is measured "
                                         "for memory only)", sweep=True)
     parser.add_argument("--rounds", type=measure.positive_int, default=1,
-                        help="time every method this many times at each point, in turn, and "
-                             "keep the median (one timing moves by up to 4%%)")
+                        help="time every method this many times at each point, in turn and "
+                             "each round starting one method later, and keep the median (one "
+                             "timing moves by up to 4%%)")
     parser.add_argument("--output-dir", type=Path,
                         default=Path("results") / f"scaling-{datetime.date.today()}")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -94,13 +95,15 @@ def sweep(args) -> list[dict]:
             progress.update((len(args.sdpa_backends) + len(args.steps) - len(found))
                             * args.rounds)  # backends that can't run here
             point_rows = [_method_row(shape, method) for method in found]
-            # Every method once per round, in turn: a drift of the clocks during the point
-            # reaches them all, and the median of the rounds drops a stray timing.
+            # Every method once per round, in turn, each round starting one method later: a
+            # kernel timed right after a heavy one runs at lower clocks (power and heat), so
+            # no method keeps the worst place, and the median of the rounds drops a stray
+            # timing.
             timings = [[] for _ in found]
-            for _ in range(args.rounds):
-                for method, times in zip(found, timings):
-                    if "OOM" not in times:
-                        times.append(_time_or_oom(method.run, args.iterations))
+            for round_ in range(args.rounds):
+                for index in rotated(range(len(found)), round_):
+                    if "OOM" not in timings[index]:
+                        timings[index].append(_time_or_oom(found[index].run, args.iterations))
                     progress.update()
             for row, times in zip(point_rows, timings):
                 if "OOM" in times:
@@ -119,6 +122,13 @@ def sweep(args) -> list[dict]:
             rows += point_rows
             del q, k, v
     return rows
+
+
+def rotated(items, start: int) -> list:
+    """`items` in order from position `start` (modulo their number), then from the first."""
+    items = list(items)
+    start %= max(len(items), 1)
+    return items[start:] + items[:start]
 
 
 def _where(shape: measure.Shape) -> dict:
@@ -238,7 +248,7 @@ def plot(rows, args, context, output_dir: Path) -> list[Path]:
               enumerate(dict.fromkeys(r["method"] for r in rows if "tflops" in r))}
     written = []
     for value, ylabel, name in PLOTS:
-        figure, axes = plt.subplots(len(panels), len(modes), squeeze=False,
+        figure, axes = plt.subplots(len(panels), len(modes), squeeze=False, layout="constrained",
                                     figsize=(7 * len(modes), 4.5 * len(panels)))
         for (dtype, head_dim), axes_row in zip(panels, axes):
             for axis, causal in zip(axes_row, modes):
@@ -263,7 +273,6 @@ def plot(rows, args, context, output_dir: Path) -> list[Path]:
                 if axis.get_legend_handles_labels()[0]:  # no cuDNN here: no speedups
                     axis.legend(fontsize=7)
         figure.suptitle(f"cuTile FMHA on {context['gpu']} ({context['arch']}), {context['shape']}")
-        figure.tight_layout()
         path = output_dir / name
         figure.savefig(path, dpi=90)
         plt.close(figure)
@@ -293,7 +302,9 @@ def main(argv=None) -> int:
         return 1
     arch = arch_of_capability(*torch.cuda.get_device_capability())
     context = measure.run_context(entry_for(args.platform or arch)) | {
-        "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)}"}
+        "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)}",
+        "command": " ".join(["python assets/fmha_scaling_analysis.py",
+                             *(sys.argv[1:] if argv is None else argv)])}
     rows = sweep(args)
     written = write_outputs(rows, args, context)
     print(report(rows, args, context))

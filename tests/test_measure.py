@@ -163,7 +163,7 @@ def test_scaling_without_plots(tmp_path):
 
 def test_scaling_rounds_alternate_methods_and_keep_the_median(tmp_path, monkeypatch):
     calls = []
-    times = {"cudnn": iter([1.0, 1.2, 0.9]), "step": iter([0.5, 0.7, 0.6])}
+    times = {"cudnn": iter([1.0, 1.2, 0.9]), "step": iter([0.5, 0.7, 0.6])}  # medians 1, 0.6
     found = [measure.Method(0, "PyTorch SDPA (cudnn)", lambda: None, "cudnn"),
              measure.Method(9, "+ Unmasked loop", lambda: None)]
     monkeypatch.setattr(measure, "make_inputs", lambda shape, seed: (None, None, None))
@@ -179,7 +179,13 @@ def test_scaling_rounds_alternate_methods_and_keep_the_median(tmp_path, monkeypa
     args = scaling_args(tmp_path, "--seq-lens", "1024", "--causal", "causal", "--rounds", "3",
                         "--steps", "9", "--sdpa-backends", "cudnn")
     rows = scaling.sweep(args)
-    assert calls == ["cudnn", "step"] * 3
+    assert calls == ["cudnn", "step", "step", "cudnn", "cudnn", "step"]  # rotated rounds
     step = next(r for r in rows if r["step"] == 9)
     assert step["latency_ms"] == 0.6 and step["spread_pct"] == pytest.approx(100 * 0.2 / 0.6)
     assert step["vs_cudnn"] == pytest.approx(1.0 / 0.6)
+
+
+def test_rounds_start_one_method_later_each_time():
+    assert [scaling.rotated("abc", r) for r in range(4)] == [
+        list("abc"), list("bca"), list("cab"), list("abc")]
+    assert scaling.rotated([], 3) == []
