@@ -11,7 +11,8 @@ import numbers
 import torch
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
-from .steps.launcher import Names, build_plan
+from .steps.backward import attention_backward
+from .steps.launcher import Names, build_plan, softmax_scale
 
 __all__ = ["attention", "attention_with_lse"]
 
@@ -41,15 +42,15 @@ def _causal(query, key, attn_mask, is_causal):
     return ALIGNMENT_OF_VARIANT[attn_mask.variant]
 
 
-def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, with_lse):
+def _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """SDPA's arguments checked; (the ops' causal name, the softmax scale)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
     if dropout_p != 0:
         raise ValueError(f"dropout_p must be 0.0: the kernels have no dropout, got {dropout_p}")
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
-    tensors = (("query", query), ("key", key), ("value", value))
-    for name, t in tensors:
+    for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if (not enable_gqa and query.dim() == key.dim() == value.dim() == 4
@@ -57,19 +58,75 @@ def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
         raise ValueError(f"query has {query.shape[1]} heads and key/value {key.shape[1]}/"
                          f"{value.shape[1]}: pass enable_gqa=True for grouped-query attention "
                          f"(as SDPA asks)")
-    if torch.is_grad_enabled() and any(t.requires_grad for _, t in tensors):
-        needs = ", ".join(name for name, t in tensors if t.requires_grad)
-        raise RuntimeError(f"{needs} requires grad, but cuTile FMHA has no backward pass yet: "
-                           f"call it under torch.no_grad() (or on detached tensors) for "
-                           f"inference")
     causal = _causal(query, key, attn_mask, is_causal)
-    return build_plan(query, key, value, causal=causal, scale=scale, step="fastest",
-                      platform=None, out=None, with_lse=with_lse, names=SDPA_NAMES)
+    return CAUSAL_NAMES[causal], softmax_scale(scale, query.shape[-1])
+
+
+# The ops take causal as a string: False, True ("top_left") or "bottom_right".
+CAUSAL_NAMES = {False: "none", True: "top_left", "top_left": "top_left",
+                "bottom_right": "bottom_right"}
+
+
+def _launcher_causal(name: str):
+    return False if name == "none" else name
+
+
+# Custom operators, so that torch.compile sees one opaque call with known output shapes
+# (the register_fake functions) instead of tracing into the cuTile launch.
+@torch.library.custom_op("cutile_fmha::forward", mutates_args=())
+def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: str,
+             scale: float, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse); lse is an empty tensor unless with_lse."""
+    plan = build_plan(query, key, value, causal=_launcher_causal(causal), scale=scale,
+                      step="fastest", platform=None, out=None, with_lse=with_lse,
+                      names=SDPA_NAMES)
+    out = plan.launch()
+    return out, plan.lse if with_lse else out.new_empty(0, dtype=torch.float32)
+
+
+@_forward.register_fake
+def _(query, key, value, causal, scale, with_lse):
+    lse_shape = query.shape[:-1] if with_lse else (0,)
+    return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("cutile_fmha::backward", mutates_args=())
+def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+              value: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: str,
+              scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_backward(query, key, value, out, lse, grad_out,
+                              causal=_launcher_causal(causal), scale=scale)
+
+
+@_backward.register_fake
+def _(grad_out, query, key, value, out, lse, causal, scale):
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+
+def _save_for_backward(ctx, inputs, output):
+    query, key, value, causal, scale, with_lse = inputs
+    if not with_lse:
+        raise RuntimeError("cutile_fmha::forward ran without its LSE, which the backward "
+                           "needs: call it with with_lse=True when inputs require grad")
+    ctx.save_for_backward(query, key, value, *output)
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _gradients(ctx, grad_out, _grad_lse):  # the LSE is an output, not differentiable
+    dq, dk, dv = _backward(grad_out, *ctx.saved_tensors, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None, None
+
+
+_forward.register_autograd(_gradients, setup_context=_save_for_backward)
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False) -> torch.Tensor:
-    """A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` (inference).
+    """A drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
 
     query: (batch, heads, q_len, D); key, value: (batch, kv_heads, k_len, D); float16 or
     bfloat16 on one CUDA device, last dimension contiguous; D in (64, 128, 256).
@@ -84,10 +141,11 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         K/V head h // (heads // kv_heads), with no copy of K or V.
 
     Anything the kernels cannot serve raises ``TypeError`` or ``ValueError`` naming the
-    argument; inputs that require grad raise ``RuntimeError`` (no backward pass yet).
+    argument. Differentiable: with inputs that require grad the forward also writes the
+    log-sum-exp, which the cuTile backward (``cutile_fmha.steps.backward``) rebuilds P from.
     """
-    return _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                 with_lse=False).launch()
+    causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return _forward(query, key, value, causal, scale, _needs_grad(query, key, value))[0]
 
 
 def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -97,8 +155,8 @@ def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     Returns (out, lse): lse is float32 of shape (batch, heads, q_len), in natural log, as
     flash-attn returns it: log(sum_j exp(scale * q_i . k_j)) over the keys row i sees,
     -inf for a row that sees no key. What training and context parallelism combine
-    partial attentions with.
+    partial attentions with. Gradients flow through out; lse is not differentiable.
     """
-    plan = _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                 with_lse=True)
-    return plan.launch(), plan.lse
+    causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    out, lse = _forward(query, key, value, causal, scale, True)
+    return out, lse.detach()

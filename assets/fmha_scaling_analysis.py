@@ -101,7 +101,7 @@ def sweep(args) -> list[dict]:
             # timing.
             timings = [[] for _ in found]
             for round_ in range(args.rounds):
-                for index in rotated(range(len(found)), round_):
+                for index in measure.rotated(range(len(found)), round_):
                     if "OOM" not in timings[index]:
                         timings[index].append(_time_or_oom(found[index].run, args.iterations))
                     progress.update()
@@ -122,13 +122,6 @@ def sweep(args) -> list[dict]:
             rows += point_rows
             del q, k, v
     return rows
-
-
-def rotated(items, start: int) -> list:
-    """`items` in order from position `start` (modulo their number), then from the first."""
-    items = list(items)
-    start %= max(len(items), 1)
-    return items[start:] + items[:start]
 
 
 def _where(shape: measure.Shape) -> dict:

@@ -166,6 +166,13 @@ def time_ms(fn, iterations: int = 100) -> float:
                               return_mode="median")
 
 
+def rotated(items, start: int) -> list:
+    """`items` in order from position `start` (modulo their number), then from the first."""
+    items = list(items)
+    start %= max(len(items), 1)
+    return items[start:] + items[:start]
+
+
 def extra_peak_memory(fn) -> int:
     """Peak bytes one `fn()` call allocates beyond what was allocated before it."""
     torch.cuda.synchronize()

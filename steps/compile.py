@@ -24,7 +24,8 @@ from cuda.tile.compilation import export_kernel
 from ..platforms import HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .definitions import STEPS
-from .family import FORWARD, forward_constants
+from .backward import BACKWARD_FAMILIES, BACKWARD_LAUNCHES, backward_kernel
+from .family import FORWARD, backward_constants, forward_constants
 from .launcher import kernel_for
 
 CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
@@ -41,6 +42,19 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
                                   write_lse=write_lse)
     buffer = io.BytesIO()
     export_kernel(kernel_for(step, hints), [FORWARD.signature(CT_DTYPES[dtype], constants)],
+                  buffer, gpu_code=arch, output_format="cubin")
+    return buffer.getvalue()
+
+
+def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
+                     query_group: int = 1) -> bytes:
+    """The cubin of the backward's "dkdv" or "dq" kernel for `arch`, at its launch."""
+    launch = BACKWARD_LAUNCHES[head_dim][name]
+    constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
+                                   causal=causal)
+    buffer = io.BytesIO()
+    export_kernel(backward_kernel(name, launch.num_worker_warps),
+                  [BACKWARD_FAMILIES[name].signature(CT_DTYPES[dtype], constants)],
                   buffer, gpu_code=arch, output_format="cubin")
     return buffer.getvalue()
 

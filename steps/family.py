@@ -101,3 +101,41 @@ def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
     """The forward family's compile-time parameters for one launch."""
     return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
             "QUERY_GROUP": query_group, "CAUSAL": causal, "WRITE_LSE": write_lse}
+
+
+# The backward pass (kernels/backward.py): three kernels, each its own family.
+# row_dot(Out, dOut, Delta, TILE_M, TILE_D): Delta (batch, heads, q_len) float32.
+ROW_DOT = KernelFamily(
+    name="backward row_dot",
+    parameters=(Tensor("Out", 4), Tensor("dOut", 4), Tensor("Delta", 3, ct.float32),
+                Constant("TILE_M"), Constant("TILE_D")),
+    grid=lambda values: (math.ceil(values["Out"].shape[2] / values["TILE_M"]),
+                         values["Out"].shape[1], values["Out"].shape[0]),
+)
+_BACKWARD_INPUTS = (Tensor("Q", 4), Tensor("K", 4), Tensor("V", 4), Tensor("dO", 4),
+                    Tensor("Lse", 3, ct.float32), Tensor("Delta", 3, ct.float32))
+_BACKWARD_SCALARS_AND_CONSTANTS = (Scalar("qk_scale", ct.float32), Scalar("query_offset", ct.int32),
+                                   Constant("TILE_D"), Constant("TILE_M"), Constant("TILE_N"),
+                                   Constant("QUERY_GROUP"), Constant("CAUSAL"))
+# dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V.
+DKDV = KernelFamily(
+    name="backward dkdv",
+    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4), Tensor("dV", 4))
+    + _BACKWARD_SCALARS_AND_CONSTANTS,
+    grid=lambda values: (math.ceil(values["K"].shape[2] / values["TILE_N"]),
+                         values["K"].shape[1], values["K"].shape[0]),
+)
+# dq(...): one CTA per TILE_M query rows of one head; dQ like Q.
+DQ = KernelFamily(
+    name="backward dq",
+    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4),) + _BACKWARD_SCALARS_AND_CONSTANTS,
+    grid=lambda values: (math.ceil(values["Q"].shape[2] / values["TILE_M"]),
+                         values["Q"].shape[1], values["Q"].shape[0]),
+)
+
+
+def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
+                       causal: bool) -> dict:
+    """The dkdv and dq families' compile-time parameters for one launch."""
+    return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
+            "QUERY_GROUP": query_group, "CAUSAL": causal}

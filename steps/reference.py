@@ -59,3 +59,13 @@ def _max_error(worst: float, got, want) -> float:
     error = error.masked_fill(torch.isneginf(got) & torch.isneginf(want), 0.0)
     largest = error.max().item()
     return math.nan if math.isnan(worst) or math.isnan(largest) else max(worst, largest)
+
+
+def reference_gradients(q, k, v, grad_out, *, causal=False, scale: float | None = None):
+    """(dq, dk, dv) in float64 of `reference`'s output for the incoming gradient
+    `grad_out`, by autograd (grouped-query gradients summed over each K/V head's query
+    heads through repeat_interleave). Every row must see a key: a row that sees none has
+    no gradient of its log-sum-exp (NaN)."""
+    inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out, _ = reference(*inputs, causal=causal, scale=scale)
+    return torch.autograd.grad(out, inputs, grad_out.double())

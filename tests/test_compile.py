@@ -5,17 +5,24 @@ tuned launches), as the launcher would launch it there. Hopper (sm_90), the arch
 we measure on, gets every step over the full grid of head dims, dtypes and causal or not,
 and the covering cases' grouped-query and log-sum-exp variants. The others get every step
 once, at one of three covering cases in turn, which together cover every head dim, both
-dtypes, causal and not, grouped-query heads and the log-sum-exp variant.
+dtypes, causal and not, grouped-query heads and the log-sum-exp variant. The backward's
+kernels compile at their launches for every head dim on sm_90 and one head dim elsewhere.
 """
 
-import pytest
+import io
 
+import pytest
+from cuda.tile.compilation import export_kernel
+
+from cutile_fmha.kernels import backward as backward_kernels
 from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, PLATFORMS, entry_for
 from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps import compile as compile_module
-from cutile_fmha.steps.compile import compile_step
+from cutile_fmha.steps.backward import ROW_DOT_TILE_M
+from cutile_fmha.steps.compile import CT_DTYPES, compile_backward, compile_step
 from cutile_fmha.steps.compile import main as compile_main
+from cutile_fmha.steps.family import ROW_DOT
 
 FULL_GRID_ARCH = "sm_90"
 # An architecture without a table entry, to compile the default entry.
@@ -81,3 +88,30 @@ def test_compile_command_writes_cubins_for_the_disassembler(tmp_path, capsys):
                          "--output-dir", str(tmp_path)]) == 0
     cubin = (tmp_path / "sm_90-float16-d64-step9-causal-group1.cubin").read_bytes()
     assert cubin[:4] == b"\x7fELF"
+
+
+
+def _backward_cases():
+    archs = sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH]
+    for arch_index, arch in enumerate(archs):
+        # Every head dim on sm_90; one per other architecture, in turn.
+        head_dims = HEAD_DIMS if arch == FULL_GRID_ARCH else \
+            [HEAD_DIMS[arch_index % len(HEAD_DIMS)]]
+        for head_dim in head_dims:
+            for name in ("dkdv", "dq"):
+                yield pytest.param(arch, name, head_dim, id=f"{arch}-{name}-d{head_dim}")
+
+
+@pytest.mark.parametrize("arch,name,head_dim", list(_backward_cases()))
+def test_backward_kernel_compiles(arch, name, head_dim):
+    cubin = compile_backward(name, arch, dtype="bfloat16", head_dim=head_dim, causal=True,
+                             query_group=2)
+    assert cubin[:4] == b"\x7fELF"
+
+
+def test_row_dot_compiles_for_hopper():
+    values = {"TILE_M": ROW_DOT_TILE_M, "TILE_D": 128}
+    buffer = io.BytesIO()
+    export_kernel(backward_kernels.row_dot, [ROW_DOT.signature(CT_DTYPES["float16"], values)],
+                  buffer, gpu_code="sm_90", output_format="cubin")
+    assert buffer.getvalue()[:4] == b"\x7fELF"

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from cutile_fmha import attention, attention_with_lse
-from cutile_fmha.steps.reference import reference_errors
+from cutile_fmha.steps.launcher import causal_query_offset
+from cutile_fmha.steps.reference import reference, reference_errors, reference_gradients
 
 
 def qkv(heads=4, kv_heads=4, q_len=40, k_len=40, head_dim=64, device="cpu"):
@@ -72,14 +73,12 @@ def test_flags_must_be_bools(argument, value):
         attention(*qkv(), **{argument: value})
 
 
-def test_inputs_that_require_grad_are_refused_until_there_is_a_backward():
+def test_inputs_that_require_grad_are_checked_like_the_others():
     q, k, v = qkv()
-    with pytest.raises(RuntimeError, match="query, value requires grad, but cuTile FMHA has no "
-                                           "backward pass yet"):
-        attention(q.requires_grad_(), k, v.requires_grad_())
-    with torch.no_grad():  # inference on the same tensors gets as far as the device check
-        with pytest.raises(ValueError, match="must be on a CUDA device"):
-            attention(q, k, v)
+    with pytest.raises(TypeError, match="is_causal must be a bool"):
+        attention(q.requires_grad_(), k, v.requires_grad_(), is_causal=1)
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        attention(q, k, v)
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -103,3 +102,96 @@ def test_matches_sdpa(mask, q_len, k_len):
     assert torch.equal(ours, plain), "the LSE variant computes another output"
     assert error <= 2 * reference_errors(theirs, q, k, v, causal=causal)[0] + 1e-3
     assert lse_error < 1e-4 and lse.shape == (2, 8, q_len) and lse.dtype == torch.float32
+
+
+def test_custom_ops_give_torch_compile_their_output_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 8, 100, 64, dtype=torch.bfloat16)
+        k = torch.empty(2, 2, 120, 64, dtype=torch.bfloat16)
+        out, lse = torch.ops.cutile_fmha.forward(q, k, k, "bottom_right", 0.125, True)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert lse.shape == (2, 8, 100) and lse.dtype == torch.float32
+        assert torch.ops.cutile_fmha.forward(q, k, k, "none", 0.125, False)[1].numel() == 0
+        dq, dk, dv = torch.ops.cutile_fmha.backward(out, q, k, k, out, lse, "none", 0.125)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+
+
+class ReferencePlan:
+    """Stands in for the launcher's plan on the CPU: the float64 reference, in the
+    inputs' dtype, with its LSE."""
+
+    def __init__(self, query, key, value, *, causal, scale, with_lse, **_):
+        out, lse = reference(query, key, value, causal=causal, scale=scale)
+        self.out, self.lse = out.to(query.dtype), (lse.float() if with_lse else None)
+
+    def launch(self):
+        return self.out
+
+
+def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale):
+    """The backward in closed form, in float64 (autograd does not run inside an op):
+    dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s, summed
+    over the query heads of each K/V head."""
+    group = query.shape[1] // key.shape[1]
+    q, k, v, o, do = (t.double() for t in (query, key, value, out, grad_out))
+    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    p = torch.exp((q @ k.transpose(-1, -2)) * scale - lse.double()[..., None])
+    offset = causal_query_offset(causal, q.shape[2], k.shape[2])
+    if offset is not None:
+        rows, keys = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
+        p = p.masked_fill(keys > rows + offset, 0.0)
+    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
+    dq, dk, dv = (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, p.transpose(-1, -2) @ do
+    dk, dv = (t.unflatten(1, (-1, group)).sum(2) for t in (dk, dv))
+    return tuple(t.to(query.dtype) for t in (dq, dk, dv))
+
+
+@pytest.fixture
+def kernels_on_the_cpu(monkeypatch):
+    """The custom ops' wiring (autograd, torch.compile) with the kernels replaced by the
+    reference; the kernels themselves are checked on the GPU (test_gpu_backward.py)."""
+    import cutile_fmha.dropin as dropin
+
+    monkeypatch.setattr(dropin, "build_plan", ReferencePlan)
+    monkeypatch.setattr(dropin, "attention_backward", reference_backward)
+
+
+def cpu_inputs(dtype=torch.float32):
+    generator = torch.Generator().manual_seed(3)
+    q, k, v, grad_out = (torch.randn(1, h, 24, 16, generator=generator, dtype=dtype)
+                         for h in (4, 2, 2, 4))
+    return q, k, v, grad_out
+
+
+def test_gradients_flow_through_the_custom_ops(kernels_on_the_cpu):
+    q, k, v, grad_out = cpu_inputs()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attention(*leaves, attn_mask=causal_lower_right(24, 24), enable_gqa=True, scale=0.2)
+    out.backward(grad_out)
+    want = reference_gradients(q, k, v, grad_out, causal="bottom_right", scale=0.2)
+    for leaf, expected in zip(leaves, want):
+        torch.testing.assert_close(leaf.grad.double(), expected, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(attention(q, k, v, enable_gqa=True, scale=0.2,
+                                             attn_mask=causal_lower_right(24, 24)), out.detach())
+    out, lse = attention_with_lse(*leaves, is_causal=True, enable_gqa=True)
+    assert out.requires_grad and not lse.requires_grad and lse.shape == (1, 4, 24)
+
+
+def test_torch_compile_traces_one_graph_through_the_custom_ops(kernels_on_the_cpu):
+    q, k, v, grad_out = cpu_inputs()
+
+    def block(q, k, v):
+        return attention(q, k, v, is_causal=True, enable_gqa=True) * 2
+
+    compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
+    results = []
+    for fn in (block, compiled):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(grad_out)
+        results.append([out.detach()] + [leaf.grad for leaf in leaves])
+    for eager, traced in zip(*results):
+        torch.testing.assert_close(traced, eager)

@@ -186,6 +186,6 @@ def test_scaling_rounds_alternate_methods_and_keep_the_median(tmp_path, monkeypa
 
 
 def test_rounds_start_one_method_later_each_time():
-    assert [scaling.rotated("abc", r) for r in range(4)] == [
+    assert [measure.rotated("abc", r) for r in range(4)] == [
         list("abc"), list("bca"), list("cab"), list("abc")]
-    assert scaling.rotated([], 3) == []
+    assert measure.rotated([], 3) == []

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cutile_fmha.assets import fmha_autotune as autotune
+from cutile_fmha.assets import fmha_backward_benchmark as backward
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
 from cutile_fmha.assets import measure
@@ -15,7 +16,7 @@ from cutile_fmha.steps import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis.py",
-           "assets/fmha_autotune.py"]
+           "assets/fmha_autotune.py", "assets/fmha_backward_benchmark.py"]
 
 
 def test_tutorial_defaults_are_the_guides_configuration():
@@ -125,3 +126,11 @@ def test_platform_scripts_without_a_gpu(script):
     done = subprocess.run(["bash", f"scripts/{script}"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 1
     assert "need a CUDA GPU" in done.stderr and "Traceback" not in done.stderr + done.stdout
+
+
+def test_backward_benchmark_defaults_are_the_targets_shapes():
+    args = backward.parse_args([])
+    assert (args.batch, args.head_dim, args.seq_lens) == (4, 128, [4096, 8192, 16384])
+    assert args.dtypes == ["float16", "bfloat16"] and args.sdpa_backends == ["flash", "cudnn"]
+    with pytest.raises(SystemExit):
+        backward.parse_args(["--sdpa-backends", "math"])

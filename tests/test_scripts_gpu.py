@@ -1,10 +1,12 @@
-"""The tutorial and the scaling analysis end to end on the GPU, at a tiny size."""
+"""The tutorial, the scaling analysis and the backward benchmark end to end on the GPU, at a
+tiny size."""
 
 import json
 
 import pytest
 import torch
 
+from cutile_fmha.assets import fmha_backward_benchmark as backward
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
 from cutile_fmha.steps import STEPS
@@ -53,3 +55,12 @@ def test_scaling_analysis_end_to_end(tmp_path):
     assert "## The fastest step against SDPA cuDNN" in (tmp_path / "scaling.md").read_text()
     for png in ("tflops_vs_seq_len.png", "speedup_vs_cudnn.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_backward_benchmark_end_to_end(tmp_path):
+    status = backward.main(["--batch", "1", "--heads", "2", "--seq-lens", "256", "--dtypes",
+                            "bfloat16", "--rounds", "2", "--json", str(tmp_path / "b.json")])
+    assert status == 0
+    rows = json.loads((tmp_path / "b.json").read_text())["results"]
+    ours = [r for r in rows if r["method"] == backward.CUTILE]
+    assert len(ours) == 2 and all(r["tflops"] > 0 and r["vs_flash"] > 0 for r in ours)

@@ -1,0 +1,84 @@
+"""The backward pass's launcher: dQ, dK, dV from the forward's inputs, output and LSE.
+
+Three launches (kernels/backward.py): Delta = rowsum(O * dO), then dK/dV (one CTA per
+key tile of a K/V head), then dQ (one CTA per query tile). The forward must have written
+the LSE (``plan_launch(..., with_lse=True)``); the backward rebuilds P from it.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+from ..kernels import backward as kernels
+from ..platforms import TileShape
+from .family import DKDV, DQ, ROW_DOT, backward_constants
+from .launcher import causal_query_offset, softmax_scale
+
+
+
+@dataclass(frozen=True)
+class BackwardLaunch:
+    tiles: TileShape  # TILE_M query rows x TILE_N keys
+    num_worker_warps: int | None  # None: the compiler's choice
+
+
+# Per head dim, the dK/dV and the dQ kernel's launch. D=128: timed per kernel on an H100
+# (2026-11-22, B=4, H=32, N=8192, fp16; docs/performance.md): dK/dV at 128x64 with eight
+# worker warps took 9.0 / 16.6 ms (causal / not) against 9.8 / 19.4 at 64x128, though it
+# keeps a 288-byte stack frame; dQ at 128x64 with eight worker warps was the fastest of six
+# launches. D=64 and D=256: the launches that compiled for sm_90 with the least spilling
+# (dK/dV at D=256 keeps 112 bytes: its two float32 accumulators are 2 x 64 x 256), not yet
+# timed.
+BACKWARD_LAUNCHES = {
+    64: {"dkdv": BackwardLaunch(TileShape(64, 64), 8), "dq": BackwardLaunch(TileShape(128, 64), 8)},
+    128: {"dkdv": BackwardLaunch(TileShape(128, 64), 8), "dq": BackwardLaunch(TileShape(128, 64), 8)},
+    256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8), "dq": BackwardLaunch(TileShape(64, 64), 8)},
+}
+ROW_DOT_TILE_M = 64
+
+
+@functools.cache
+def backward_kernel(name: str, num_worker_warps: int | None):
+    """The named backward kernel ("dkdv" or "dq") with its worker-warps hint."""
+    kernel = getattr(kernels, name)
+    return kernel if num_worker_warps is None else \
+        kernel.replace_hints(num_worker_warps=num_worker_warps)
+
+
+BACKWARD_FAMILIES = {"dkdv": DKDV, "dq": DQ}
+
+
+def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = False,
+                       scale: float | None = None):
+    """(dq, dk, dv) of ``out = attention(q, k, v, causal=causal, scale=scale)`` for the
+    incoming gradient ``grad_out``; ``lse`` is the forward's (batch, heads, q_len) float32
+    log-sum-exp. dk and dv have k's and v's shapes: with grouped-query heads each sums the
+    gradients of the query heads that share it."""
+    batch, heads, q_len, head_dim = q.shape
+    if grad_out.shape != out.shape:
+        raise ValueError(f"grad_out must have out's shape {tuple(out.shape)}, got "
+                         f"{tuple(grad_out.shape)}")
+    grad_out = grad_out.to(out.dtype).contiguous()
+    query_offset = causal_query_offset(causal, q_len, k.shape[2])
+    scale = softmax_scale(scale, head_dim)
+    stream = torch.cuda.current_stream(q.device)
+
+    delta = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device)
+    values = {"Out": out, "dOut": grad_out, "Delta": delta, "TILE_M": ROW_DOT_TILE_M,
+              "TILE_D": head_dim}
+    ct.launch(stream, ROW_DOT.grid(values), kernels.row_dot, ROW_DOT.arguments(values))
+
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse, "Delta": delta,
+               "dK": dk, "dV": dv, "dQ": dq, "qk_scale": scale,
+               "query_offset": query_offset or 0}
+    for name, family in BACKWARD_FAMILIES.items():
+        launch = BACKWARD_LAUNCHES[head_dim][name]
+        values = {key: tensors[key] for key in family.names if key in tensors} | \
+            backward_constants(head_dim, launch.tiles, query_group=heads // k.shape[1],
+                               causal=query_offset is not None)
+        ct.launch(stream, family.grid(values), backward_kernel(name, launch.num_worker_warps),
+                  family.arguments(values))
+    return dq, dk, dv
