@@ -16,7 +16,8 @@ from cutile_fmha.steps import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis.py",
-           "assets/fmha_autotune.py", "assets/fmha_backward_benchmark.py"]
+           "assets/fmha_autotune.py", "assets/fmha_backward_benchmark.py",
+           "assets/fmha_llama_demo.py"]
 
 
 def test_tutorial_defaults_are_the_guides_configuration():

@@ -64,3 +64,15 @@ def test_backward_benchmark_end_to_end(tmp_path):
     rows = json.loads((tmp_path / "b.json").read_text())["results"]
     ours = [r for r in rows if r["method"] == backward.CUTILE]
     assert len(ours) == 2 and all(r["tflops"] > 0 and r["vs_flash"] > 0 for r in ours)
+
+
+def test_llama_demo_end_to_end(capsys):
+    pytest.importorskip("transformers")
+    from cutile_fmha.assets import fmha_llama_demo as demo
+
+    status = demo.main(["--layers", "2", "--hidden-size", "512", "--heads", "4", "--kv-heads",
+                        "2", "--vocab-size", "512", "--batch", "2", "--seq-len", "300",
+                        "--train-steps", "4"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "tokens/s" in printed and printed.rstrip().endswith("OK")
