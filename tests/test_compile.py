@@ -109,9 +109,10 @@ def test_backward_kernel_compiles(arch, name, head_dim):
     assert cubin[:4] == b"\x7fELF"
 
 
-def test_row_dot_compiles_for_hopper():
+@pytest.mark.parametrize("arch", sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH])
+def test_row_dot_compiles(arch):
     values = {"TILE_M": ROW_DOT_TILE_M, "TILE_D": 128}
     buffer = io.BytesIO()
     export_kernel(backward_kernels.row_dot, [ROW_DOT.signature(CT_DTYPES["float16"], values)],
-                  buffer, gpu_code="sm_90", output_format="cubin")
+                  buffer, gpu_code=arch, output_format="cubin")
     assert buffer.getvalue()[:4] == b"\x7fELF"
