@@ -6,36 +6,16 @@ the LSE (``plan_launch(..., with_lse=True)``); the backward rebuilds P from it.
 """
 
 import functools
-from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
 from ..kernels import backward as kernels
-from ..platforms import TileShape
+from ..platforms import arch_of_capability
+from ..platforms.backward import backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
 from .launcher import causal_query_offset, softmax_scale
 
-
-
-@dataclass(frozen=True)
-class BackwardLaunch:
-    tiles: TileShape  # TILE_M query rows x TILE_N keys
-    num_worker_warps: int | None  # None: the compiler's choice
-
-
-# Per head dim, the dK/dV and the dQ kernel's launch. D=128: timed per kernel on an H100
-# (2026-11-22, B=4, H=32, N=8192, fp16; docs/performance.md): dK/dV at 128x64 with eight
-# worker warps took 9.0 / 16.6 ms (causal / not) against 9.8 / 19.4 at 64x128, though it
-# keeps a 288-byte stack frame; dQ at 128x64 with eight worker warps was the fastest of six
-# launches. D=64 and D=256: the launches that compiled for sm_90 with the least spilling
-# (dK/dV at D=256 keeps 112 bytes: its two float32 accumulators are 2 x 64 x 256), not yet
-# timed.
-BACKWARD_LAUNCHES = {
-    64: {"dkdv": BackwardLaunch(TileShape(64, 64), 8), "dq": BackwardLaunch(TileShape(128, 64), 8)},
-    128: {"dkdv": BackwardLaunch(TileShape(128, 64), 8), "dq": BackwardLaunch(TileShape(128, 64), 8)},
-    256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8), "dq": BackwardLaunch(TileShape(64, 64), 8)},
-}
 ROW_DOT_TILE_M = 64
 
 
@@ -74,8 +54,9 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse, "Delta": delta,
                "dK": dk, "dV": dv, "dQ": dq, "qk_scale": scale,
                "query_offset": query_offset or 0}
+    entry = backward_entry_for(arch_of_capability(*torch.cuda.get_device_capability(q.device)))
     for name, family in BACKWARD_FAMILIES.items():
-        launch = BACKWARD_LAUNCHES[head_dim][name]
+        launch = entry.launches[head_dim][name]
         values = {key: tensors[key] for key in family.names if key in tensors} | \
             backward_constants(head_dim, launch.tiles, query_group=heads // k.shape[1],
                                causal=query_offset is not None)

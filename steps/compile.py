@@ -24,7 +24,8 @@ from cuda.tile.compilation import export_kernel
 from ..platforms import HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .definitions import STEPS
-from .backward import BACKWARD_FAMILIES, BACKWARD_LAUNCHES, backward_kernel
+from ..platforms.backward import backward_entry_for
+from .backward import BACKWARD_FAMILIES, backward_kernel
 from .family import FORWARD, backward_constants, forward_constants
 from .launcher import kernel_for
 
@@ -48,8 +49,9 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
 
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
                      query_group: int = 1) -> bytes:
-    """The cubin of the backward's "dkdv" or "dq" kernel for `arch`, at its launch."""
-    launch = BACKWARD_LAUNCHES[head_dim][name]
+    """The cubin of the backward's "dkdv" or "dq" kernel for `arch`, at that
+    architecture's backward launch (platforms/backward.py)."""
+    launch = backward_entry_for(arch).launches[head_dim][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
                                    causal=causal)
     buffer = io.BytesIO()

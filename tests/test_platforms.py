@@ -10,6 +10,8 @@ from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, PLATFORMS, PlatformEntry,
                                    TunedLaunch, entry_for, occupancy_by_target,
                                    worker_warps_by_target)
 from cutile_fmha.platforms import tuned
+from cutile_fmha.platforms.backward import (BACKWARD_ENTRIES, DEFAULT_BACKWARD,
+                                            backward_entry_for)
 from cutile_fmha.platforms.entry import SOURCES
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
@@ -146,3 +148,13 @@ def test_where_each_step_takes_its_launch_from(step, native, causal, expected):
 def test_fastest_step_is_the_tuned_one_else_the_guides_last():
     assert fastest_step(ENTRY, 128, True) == 9
     assert fastest_step(ENTRY, 128, False) == GUIDE_FINAL_STEP == step_of(step6_approx_div).number
+
+
+def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
+    for entry in [*BACKWARD_ENTRIES.values(), DEFAULT_BACKWARD]:
+        assert set(entry.launches) == set(HEAD_DIMS)
+        assert all(set(kernels) == {"dkdv", "dq"} for kernels in entry.launches.values())
+        assert entry.provenance
+    assert backward_entry_for("sm_90").provenance.startswith("D=128: timed")
+    assert backward_entry_for("sm_103") is DEFAULT_BACKWARD
+    assert DEFAULT_BACKWARD.provenance.startswith("unmeasured")
