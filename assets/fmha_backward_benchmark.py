@@ -72,14 +72,13 @@ def run(args) -> list[dict]:
             forwards = {CUTILE: lambda: attention(*inputs, is_causal=causal)}
             forwards |= {backend: (lambda backend=backend: measure.sdpa(
                 *inputs, causal=causal, backend=backend)) for backend in args.sdpa_backends}
-            times = {method: [] for method in methods}
-            for round_ in range(args.rounds):
-                for method in measure.rotated(methods, round_):
-                    progress.set_description(f"{dtype} N={n} {'causal' if causal else 'full'}")
-                    times[method].append(time_backward_ms(forwards[method], inputs, grad_out))
-                    progress.update()
+            progress.set_description(f"{dtype} N={n} {'causal' if causal else 'full'}")
+            timings = measure.time_in_rounds(
+                methods, args.rounds,
+                lambda method: time_backward_ms(forwards[method], inputs, grad_out),
+                progress.update)
             flops = BACKWARD_FLOPS_PER_FORWARD * shape.flops
-            latency = {method: statistics.median(t) for method, t in times.items()}
+            latency = {method: statistics.median(t) for method, t in zip(methods, timings)}
             for method in methods:
                 row = {"dtype": dtype, "causal": causal, "seq_len": n,
                        "method": CUTILE if method == CUTILE else f"PyTorch SDPA ({method})",

@@ -95,16 +95,9 @@ def sweep(args) -> list[dict]:
             progress.update((len(args.sdpa_backends) + len(args.steps) - len(found))
                             * args.rounds)  # backends that can't run here
             point_rows = [_method_row(shape, method) for method in found]
-            # Every method once per round, in turn, each round starting one method later: a
-            # kernel timed right after a heavy one runs at lower clocks (power and heat), so
-            # no method keeps the worst place, and the median of the rounds drops a stray
-            # timing.
-            timings = [[] for _ in found]
-            for round_ in range(args.rounds):
-                for index in measure.rotated(range(len(found)), round_):
-                    if "OOM" not in timings[index]:
-                        timings[index].append(_time_or_oom(found[index].run, args.iterations))
-                    progress.update()
+            timings = measure.time_in_rounds(
+                found, args.rounds, lambda method: _time_or_oom(method.run, args.iterations),
+                progress.update)
             for row, times in zip(point_rows, timings):
                 if "OOM" in times:
                     row |= {"latency_ms": "OOM", "tflops": "OOM"}

@@ -173,6 +173,21 @@ def rotated(items, start: int) -> list:
     return items[start:] + items[:start]
 
 
+def time_in_rounds(fns: list, rounds: int, time, after_each=lambda: None) -> list[list]:
+    """Each of `fns` timed by `time(fn)` once per round, in turn, each round starting one
+    later: a kernel timed right after a heavy one runs at lower clocks (power and heat), so
+    no fn keeps the worst place, and the median of the rounds drops a stray timing. A fn
+    whose timing came back as a string ("OOM") is not timed again. Returns each fn's
+    timings; `after_each()` runs after every place in a round (progress)."""
+    timings = [[] for _ in fns]
+    for round_ in range(rounds):
+        for index in rotated(range(len(fns)), round_):
+            if not any(isinstance(t, str) for t in timings[index]):
+                timings[index].append(time(fns[index]))
+            after_each()
+    return timings
+
+
 def extra_peak_memory(fn) -> int:
     """Peak bytes one `fn()` call allocates beyond what was allocated before it."""
     torch.cuda.synchronize()

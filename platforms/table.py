@@ -16,6 +16,10 @@ _64x128 = TileShape(tile_m=64, tile_n=128)
 _128x64 = TileShape(tile_m=128, tile_n=64)
 _128x128 = TileShape(tile_m=128, tile_n=128)
 _256x128 = TileShape(tile_m=256, tile_n=128)
+# sm_80 and sm_89 (no warpgroup MMA, no TMA) share one guess.
+_MMA_SYNC_GUESS = ("Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/SM; not timed. "
+                   "cuobjdump shows spills at 64x64 (stack 496 to 1512 bytes; on sm_80 every "
+                   "shape tried spills at D>=128): time it before trusting it.")
 
 _ENTRIES = (
     PlatformEntry(
@@ -70,9 +74,7 @@ _ENTRIES = (
         tiles={64: _64x64, 128: _64x64, 256: _64x64},
         occupancy=2,
         source="unmeasured",
-        note="Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/SM; not timed. "
-             "cuobjdump shows spills at 64x64 (stack 496 to 1512 bytes; on sm_80 every "
-             "shape tried spills at D>=128): time it before trusting it.",
+        note=_MMA_SYNC_GUESS,
     ),
     PlatformEntry(
         arch="sm_80",
@@ -80,9 +82,7 @@ _ENTRIES = (
         tiles={64: _64x64, 128: _64x64, 256: _64x64},
         occupancy=2,
         source="unmeasured",
-        note="Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/SM; not timed. "
-             "cuobjdump shows spills at 64x64 (stack 496 to 1512 bytes; on sm_80 every "
-             "shape tried spills at D>=128): time it before trusting it.",
+        note=_MMA_SYNC_GUESS,
     ),
 )
 # Each entry with what the autotuner measured on its architecture, where it has run.

@@ -5,8 +5,6 @@ key tile of a K/V head), then dQ (one CTA per query tile). The forward must have
 the LSE (``plan_launch(..., with_lse=True)``); the backward rebuilds P from it.
 """
 
-import functools
-
 import cuda.tile as ct
 import torch
 
@@ -14,17 +12,15 @@ from ..kernels import backward as kernels
 from ..platforms import arch_of_capability
 from ..platforms.backward import backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
-from .launcher import causal_query_offset, softmax_scale
+from .launcher import causal_query_offset, softmax_scale, with_hints
 
 ROW_DOT_TILE_M = 64
 
 
-@functools.cache
 def backward_kernel(name: str, num_worker_warps: int | None):
     """The named backward kernel ("dkdv" or "dq") with its worker-warps hint."""
-    kernel = getattr(kernels, name)
-    return kernel if num_worker_warps is None else \
-        kernel.replace_hints(num_worker_warps=num_worker_warps)
+    hints = None if num_worker_warps is None else {"num_worker_warps": num_worker_warps}
+    return with_hints(getattr(kernels, name), hints)
 
 
 BACKWARD_FAMILIES = {"dkdv": DKDV, "dq": DQ}

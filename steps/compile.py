@@ -26,10 +26,19 @@ from ..platforms.environment import arch_problem, check_compiler, find_compiler,
 from .definitions import STEPS
 from ..platforms.backward import backward_entry_for
 from .backward import BACKWARD_FAMILIES, backward_kernel
-from .family import FORWARD, backward_constants, forward_constants
+from .family import FORWARD, KernelFamily, backward_constants, forward_constants
 from .launcher import kernel_for
 
 CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
+
+
+def export_cubin(kernel, family: KernelFamily, *, dtype: str, constants: dict,
+                 arch: str) -> bytes:
+    """`kernel`'s cubin for `arch`, called as `family` describes, with `dtype` inputs."""
+    buffer = io.BytesIO()
+    export_kernel(kernel, [family.signature(CT_DTYPES[dtype], constants)], buffer,
+                  gpu_code=arch, output_format="cubin")
+    return buffer.getvalue()
 
 
 def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: bool,
@@ -41,10 +50,8 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
                                              head_dim=head_dim, causal=causal)
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                   write_lse=write_lse)
-    buffer = io.BytesIO()
-    export_kernel(kernel_for(step, hints), [FORWARD.signature(CT_DTYPES[dtype], constants)],
-                  buffer, gpu_code=arch, output_format="cubin")
-    return buffer.getvalue()
+    return export_cubin(kernel_for(step, hints), FORWARD, dtype=dtype, constants=constants,
+                        arch=arch)
 
 
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
@@ -54,11 +61,8 @@ def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal:
     launch = backward_entry_for(arch).launches[head_dim][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
                                    causal=causal)
-    buffer = io.BytesIO()
-    export_kernel(backward_kernel(name, launch.num_worker_warps),
-                  [BACKWARD_FAMILIES[name].signature(CT_DTYPES[dtype], constants)],
-                  buffer, gpu_code=arch, output_format="cubin")
-    return buffer.getvalue()
+    return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
+                        dtype=dtype, constants=constants, arch=arch)
 
 
 def _cuobjdump(cubin: bytes, option: str) -> str:

@@ -84,23 +84,39 @@ class KernelFamily:
 # (batch, heads, q_len) float32, written only when WRITE_LSE. Under CAUSAL, query row i
 # sees keys j <= i + query_offset. One CTA per TILE_M query rows of one head. The group
 # is a constant: on tileiras 13.5 a run-time one (heads // kv_heads) measured 3% slower.
+def tiles_per_head(tensor: str, tile: str) -> Callable[[dict], tuple[int, int, int]]:
+    """The grid of one CTA per `tile` rows of `tensor` (batch, heads, rows, D), per head
+    and batch."""
+    return lambda values: (math.ceil(values[tensor].shape[2] / values[tile]),
+                           values[tensor].shape[1], values[tensor].shape[0])
+
+
+_QKV = (Tensor("Q", 4), Tensor("K", 4), Tensor("V", 4))
+# What every attention kernel (forward, dK/dV, dQ) takes after its tensors.
+_ATTENTION_SETTINGS = (Scalar("qk_scale", ct.float32), Scalar("query_offset", ct.int32),
+                       Constant("TILE_D"), Constant("TILE_M"), Constant("TILE_N"),
+                       Constant("QUERY_GROUP"), Constant("CAUSAL"))
 FORWARD = KernelFamily(
     name="forward",
-    parameters=(Tensor("Q", 4), Tensor("K", 4), Tensor("V", 4), Tensor("Out", 4),
-                Tensor("Lse", 3, ct.float32), Scalar("qk_scale", ct.float32),
-                Scalar("query_offset", ct.int32), Constant("TILE_D"), Constant("TILE_M"),
-                Constant("TILE_N"), Constant("QUERY_GROUP"), Constant("CAUSAL"),
-                Constant("WRITE_LSE")),
-    grid=lambda values: (math.ceil(values["Q"].shape[2] / values["TILE_M"]),
-                         values["Q"].shape[1], values["Q"].shape[0]),
+    parameters=_QKV + (Tensor("Out", 4), Tensor("Lse", 3, ct.float32)) + _ATTENTION_SETTINGS
+    + (Constant("WRITE_LSE"),),
+    grid=tiles_per_head("Q", "TILE_M"),
 )
+
+
+def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
+                       causal: bool) -> dict:
+    """The compile-time parameters every attention kernel takes (the dK/dV and dQ
+    families' all of them) for one launch."""
+    return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
+            "QUERY_GROUP": query_group, "CAUSAL": causal}
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                       causal: bool, write_lse: bool) -> dict:
     """The forward family's compile-time parameters for one launch."""
-    return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
-            "QUERY_GROUP": query_group, "CAUSAL": causal, "WRITE_LSE": write_lse}
+    return backward_constants(head_dim, tiles, query_group=query_group, causal=causal) | {
+        "WRITE_LSE": write_lse}
 
 
 # The backward pass (kernels/backward.py): three kernels, each its own family.
@@ -109,33 +125,21 @@ ROW_DOT = KernelFamily(
     name="backward row_dot",
     parameters=(Tensor("Out", 4), Tensor("dOut", 4), Tensor("Delta", 3, ct.float32),
                 Constant("TILE_M"), Constant("TILE_D")),
-    grid=lambda values: (math.ceil(values["Out"].shape[2] / values["TILE_M"]),
-                         values["Out"].shape[1], values["Out"].shape[0]),
+    grid=tiles_per_head("Out", "TILE_M"),
 )
-_BACKWARD_INPUTS = (Tensor("Q", 4), Tensor("K", 4), Tensor("V", 4), Tensor("dO", 4),
-                    Tensor("Lse", 3, ct.float32), Tensor("Delta", 3, ct.float32))
-_BACKWARD_SCALARS_AND_CONSTANTS = (Scalar("qk_scale", ct.float32), Scalar("query_offset", ct.int32),
-                                   Constant("TILE_D"), Constant("TILE_M"), Constant("TILE_N"),
-                                   Constant("QUERY_GROUP"), Constant("CAUSAL"))
+_BACKWARD_INPUTS = _QKV + (Tensor("dO", 4), Tensor("Lse", 3, ct.float32),
+                           Tensor("Delta", 3, ct.float32))
 # dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V.
 DKDV = KernelFamily(
     name="backward dkdv",
     parameters=_BACKWARD_INPUTS + (Tensor("dK", 4), Tensor("dV", 4))
-    + _BACKWARD_SCALARS_AND_CONSTANTS,
-    grid=lambda values: (math.ceil(values["K"].shape[2] / values["TILE_N"]),
-                         values["K"].shape[1], values["K"].shape[0]),
+    + _ATTENTION_SETTINGS,
+    grid=tiles_per_head("K", "TILE_N"),
 )
 # dq(...): one CTA per TILE_M query rows of one head; dQ like Q.
 DQ = KernelFamily(
     name="backward dq",
-    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4),) + _BACKWARD_SCALARS_AND_CONSTANTS,
-    grid=lambda values: (math.ceil(values["Q"].shape[2] / values["TILE_M"]),
-                         values["Q"].shape[1], values["Q"].shape[0]),
+    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4),) + _ATTENTION_SETTINGS,
+    grid=tiles_per_head("Q", "TILE_M"),
 )
 
-
-def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
-                       causal: bool) -> dict:
-    """The dkdv and dq families' compile-time parameters for one launch."""
-    return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
-            "QUERY_GROUP": query_group, "CAUSAL": causal}

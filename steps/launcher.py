@@ -56,14 +56,20 @@ class Names:
 
 
 @functools.cache
-def _kernel_with_hints(step_number: int, hints: tuple):
-    # One kernel object per (step, hints): each holds its own JIT cache.
-    return STEPS[step_number].kernel.replace_hints(**dict(hints))
+def _kernel_with_hints(kernel, hints: tuple):
+    # One kernel object per (kernel, hints): each holds its own JIT cache.
+    return kernel.replace_hints(**dict(hints))
+
+
+def with_hints(kernel, hints: dict | None):
+    """`kernel` with `hints` replaced (the same object for the same hints), or as
+    decorated when `hints` is None."""
+    return kernel if hints is None else _kernel_with_hints(kernel, tuple(sorted(hints.items())))
 
 
 def kernel_for(step: int, hints: dict | None):
     """The step's kernel, with `hints` replaced when given."""
-    return STEPS[step].kernel if hints is None else _kernel_with_hints(step, tuple(sorted(hints.items())))
+    return with_hints(STEPS[step].kernel, hints)
 
 
 @functools.cache

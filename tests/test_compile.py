@@ -9,10 +9,7 @@ dtypes, causal and not, grouped-query heads and the log-sum-exp variant. The bac
 kernels compile at their launches for every head dim on sm_90 and one head dim elsewhere.
 """
 
-import io
-
 import pytest
-from cuda.tile.compilation import export_kernel
 
 from cutile_fmha.kernels import backward as backward_kernels
 from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, PLATFORMS, entry_for
@@ -20,7 +17,7 @@ from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps import compile as compile_module
 from cutile_fmha.steps.backward import ROW_DOT_TILE_M
-from cutile_fmha.steps.compile import CT_DTYPES, compile_backward, compile_step
+from cutile_fmha.steps.compile import compile_backward, compile_step, export_cubin
 from cutile_fmha.steps.compile import main as compile_main
 from cutile_fmha.steps.family import ROW_DOT
 
@@ -111,8 +108,6 @@ def test_backward_kernel_compiles(arch, name, head_dim):
 
 @pytest.mark.parametrize("arch", sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH])
 def test_row_dot_compiles(arch):
-    values = {"TILE_M": ROW_DOT_TILE_M, "TILE_D": 128}
-    buffer = io.BytesIO()
-    export_kernel(backward_kernels.row_dot, [ROW_DOT.signature(CT_DTYPES["float16"], values)],
-                  buffer, gpu_code=arch, output_format="cubin")
-    assert buffer.getvalue()[:4] == b"\x7fELF"
+    cubin = export_cubin(backward_kernels.row_dot, ROW_DOT, dtype="float16",
+                         constants={"TILE_M": ROW_DOT_TILE_M, "TILE_D": 128}, arch=arch)
+    assert cubin[:4] == b"\x7fELF"

@@ -8,19 +8,17 @@ log-sum-exp output, which must cost nothing when it is off.
 
 import ast
 import importlib.util
-import io
 import re
 from pathlib import Path
 
 import pytest
-from cuda.tile.compilation import export_kernel
 
 from cutile_fmha.kernels import step5_occupancy, step6_approx_div
 from cutile_fmha.platforms import HEAD_DIMS, entry_for
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.compile import CT_DTYPES, compile_step, resource_usage, sass
+from cutile_fmha.steps.compile import compile_step, export_cubin, resource_usage, sass
 from cutile_fmha.steps.definitions import fastest_step, step_of
 from cutile_fmha.steps.family import FORWARD, forward_constants
 
@@ -86,10 +84,8 @@ def kernel_without_lse_code(step: int, folder: Path):
 def sm90_sass(kernel, *, write_lse: bool) -> str:
     constants = forward_constants(128, entry_for("sm_90").tile_for(128), causal=True,
                                   write_lse=write_lse)
-    buffer = io.BytesIO()
-    export_kernel(kernel, [FORWARD.signature(CT_DTYPES["float16"], constants)], buffer,
-                  gpu_code="sm_90", output_format="cubin")
-    return sass(buffer.getvalue())
+    return sass(export_cubin(kernel, FORWARD, dtype="float16", constants=constants,
+                             arch="sm_90"))
 
 
 @pytest.mark.parametrize("step", sorted(STEPS))
