@@ -53,15 +53,18 @@ def build_models(args, device, dtype):
 
     from cutile_fmha.transformers_backend import register
 
-    config = LlamaConfig(vocab_size=args.vocab_size, hidden_size=args.hidden_size,
-                         intermediate_size=4 * args.hidden_size,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=args.kv_heads,
-                         max_position_embeddings=max(args.seq_len, 128))
+    def model(attn_implementation):
+        # a config each: from_config records the implementation in the config it is given
+        config = LlamaConfig(vocab_size=args.vocab_size, hidden_size=args.hidden_size,
+                             intermediate_size=4 * args.hidden_size,
+                             num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                             num_key_value_heads=args.kv_heads,
+                             max_position_embeddings=max(args.seq_len, 128))
+        built = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+        return built.to(device=device, dtype=dtype)
+
     torch.manual_seed(0)
-    ours = AutoModelForCausalLM.from_config(config, attn_implementation=register())
-    sdpa = AutoModelForCausalLM.from_config(config, attn_implementation=SDPA)
-    ours, sdpa = (model.to(device=device, dtype=dtype) for model in (ours, sdpa))
+    ours, sdpa = model(register()), model(SDPA)
     sdpa.load_state_dict(ours.state_dict())
     return ours, sdpa
 

@@ -8,12 +8,16 @@ IO-aware analysis) and never holds more than one tile of it:
 - ``dkdv``: one CTA per tile of keys of one K/V head, looping over every query tile (of
   every query head that shares the K/V head, so grouped-query gradients are summed here,
   with no expanded copy and no atomics): dV += P^T dO and dK += dS^T Q * scale, where
-  dS = P * (dO V^T - Delta);
+  dS = P * (dO V^T - Delta); it works on keys x queries tiles, S^T = K Q^T;
 - ``dq``: one CTA per query tile, looping over the key tiles it sees: dQ += dS K * scale.
 
-dK/dV and dQ are two kernels, as in FlashAttention-2's Triton tutorial: no float32
-atomics, each output written once. Masks follow the forward: under CAUSAL query row i sees
-keys j <= i + query_offset; rows and keys past the ends are masked.
+dK/dV and dQ are two kernels, as in FlashAttention-2's Triton tutorial: each output is
+written once, with no float32 atomics. One kernel that adds each tile pair's dQ to a
+float32 buffer atomically measured 1.14-1.28x slower at D=64 and 128 on an H100, and
+0.91x at D=256 (docs/performance.md). Masks follow the forward: under CAUSAL query row i
+sees keys j <= i + query_offset. As in the forward's step 9, only the tile pairs across
+the causal diagonal or past the last key run mask code; the loops over the others have
+none.
 """
 
 import cuda.tile as ct
@@ -33,40 +37,68 @@ def row_dot(Out, dOut, Delta, TILE_M: ConstInt, TILE_D: ConstInt):
     ct.store(Delta, index=(batch, head, q_tile), tile=ct.sum(o * do, axis=-1).reshape((1, 1, TILE_M)))
 
 
-def probabilities_and_ds(q, do, k_t, v_t, lse_log2, delta, q_start, k_start, q_len, k_len,
-                         qk_scale_log2, query_offset, TILE_M: ConstInt, TILE_N: ConstInt,
-                         CAUSAL: ConstBool):
-    """One (query tile, key tile) pair: P rebuilt from the LSE, and dS = P * (dP - Delta),
-    both (TILE_M, TILE_N) float32, zero where masked."""
-    qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
-    rows = (q_start + ct.arange(TILE_M, dtype=ct.int32))[:, None]
-    keys = (k_start + ct.arange(TILE_N, dtype=ct.int32))[None, :]
-    visible = (rows < q_len) & (keys < k_len)
-    if CAUSAL:
-        visible = visible & (keys <= rows + query_offset)
-    # A row that sees no key has LSE -inf: exp2 gives inf there, which `where` drops.
-    p = ct.where(visible, ct.exp2(qk * qk_scale_log2 - lse_log2, flush_to_zero=True), 0.0)
-    dp = ct.mma(do, v_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+def probabilities_and_ds(scores, dp, lse_log2, delta, rows, keys, k_len, qk_scale_log2,
+                         query_offset, CAUSAL: ConstBool, MASKED: ConstBool):
+    """One tile pair's P, rebuilt from the LSE, and dS = P * (dP - Delta), float32, from its
+    scores S and dP = dO V^T, in whichever orientation the arguments broadcast to:
+    queries x keys for dQ (rows, LSE and Delta a column), keys x queries for dK/dV (a row).
+    With MASKED, zero past the causal diagonal and the last key. Rows past the last query
+    need no mask: their zero Q, dO, LSE and Delta give P = 1 and dS = 0, which add nothing
+    to dK or dV, and their dQ is never stored."""
+    p = ct.exp2(scores * qk_scale_log2 - lse_log2, flush_to_zero=True)
+    if MASKED:
+        visible = keys < k_len
+        if CAUSAL:
+            visible = visible & (keys <= rows + query_offset)
+        # A row that sees no key has LSE -inf: exp2 gives inf there, which `where` drops.
+        p = ct.where(visible, p, 0.0)
     return p, p * (dp - delta)
 
 
 def load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt):
-    """A query tile's Q and dO (TILE_M, D), LSE in base 2 and Delta (TILE_M, 1)."""
+    """A query tile's Q and dO (TILE_M, D), and its LSE in base 2 and Delta (TILE_M,)."""
     q = ct.load(Q, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
                 padding_mode=ZERO).reshape((TILE_M, TILE_D))
     do = ct.load(dO, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
                  padding_mode=ZERO).reshape((TILE_M, TILE_D))
     lse = ct.load(Lse, index=(batch, head, q_tile), shape=(1, 1, TILE_M),
-                  padding_mode=ZERO).reshape((TILE_M, 1))
+                  padding_mode=ZERO).reshape((TILE_M,))
     delta = ct.load(Delta, index=(batch, head, q_tile), shape=(1, 1, TILE_M),
-                    padding_mode=ZERO).reshape((TILE_M, 1))
+                    padding_mode=ZERO).reshape((TILE_M,))
     return q, do, lse * INV_LOG_2, delta
 
 
-def load_transposed(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt):
-    """A K or V tile as (D, TILE_N), zero past the last key."""
-    return ct.load(X, index=(batch, kv_head, 0, k_tile), shape=(1, 1, TILE_D, TILE_N),
-                   order=(0, 1, 3, 2), padding_mode=ZERO).reshape((TILE_D, TILE_N))
+def load_keys(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt, TRANSPOSED: ConstBool):
+    """A K or V tile, (TILE_N, D) or with TRANSPOSED (D, TILE_N), zero past the last key."""
+    if TRANSPOSED:
+        return ct.load(X, index=(batch, kv_head, 0, k_tile), shape=(1, 1, TILE_D, TILE_N),
+                       order=(0, 1, 3, 2), padding_mode=ZERO).reshape((TILE_D, TILE_N))
+    return ct.load(X, index=(batch, kv_head, k_tile, 0), shape=(1, 1, TILE_N, TILE_D),
+                   padding_mode=ZERO).reshape((TILE_N, TILE_D))
+
+
+def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, batch, kv_head,
+                    keys, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
+                    TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+                    CAUSAL: ConstBool, MASKED: ConstBool):
+    """Query tiles first_q_tile..end_q_tile-1 of each query head of the K/V head's group
+    into one key tile's dK and dV, as one flat loop over (head, query tile): a loop per
+    head inside a loop over the group ran 2.8x slower with four heads to a group.
+    The tiles are keys x queries (S^T = K Q^T), so P^T and dS^T go into the dV and dK
+    products as they come out of the MMA, with no transpose."""
+    tiles_per_head = end_q_tile - first_q_tile
+    for step in range(QUERY_GROUP * tiles_per_head):
+        head = kv_head * QUERY_GROUP + step // tiles_per_head
+        q_tile = first_q_tile + step % tiles_per_head
+        q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D)
+        scores_t = ct.mma(k, ct.transpose(q), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
+        dp_t = ct.mma(v, ct.transpose(do), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
+        rows = (q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32))[None, :]
+        p_t, ds_t = probabilities_and_ds(scores_t, dp_t, lse_log2[None, :], delta[None, :], rows,
+                                         keys, k_len, qk_scale_log2, query_offset, CAUSAL, MASKED)
+        dv = ct.mma(p_t.astype(Q.dtype), do, dv)
+        dk = ct.mma(ds_t.astype(Q.dtype), q, dk)
+    return dk, dv
 
 
 @ct.kernel
@@ -75,29 +107,50 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int,
          CAUSAL: ConstBool):
     k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     q_len, k_len = Q.shape[2], K.shape[2]
+    k_start = k_tile * TILE_N
+    keys = (k_start + ct.arange(TILE_N, dtype=ct.int32))[:, None]
     qk_scale_log2 = qk_scale * INV_LOG_2
-    k_t = load_transposed(K, batch, kv_head, k_tile, TILE_D, TILE_N)
-    v_t = load_transposed(V, batch, kv_head, k_tile, TILE_D, TILE_N)
+    k = load_keys(K, batch, kv_head, k_tile, TILE_D, TILE_N, False)
+    v = load_keys(V, batch, kv_head, k_tile, TILE_D, TILE_N, False)
     dk = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
     dv = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
-    # Under CAUSAL the query tiles above this key tile's first key see none of it.
-    first_q_tile = 0
+    # Keys past the last one need no mask here: they reach only their own rows of dK and
+    # dV, which are never stored. Under CAUSAL the query tiles above the key tile's first
+    # key see none of it, those across the diagonal see part of it (masked), and from
+    # `unmasked_q_tile` on every row sees all of it. Grouped-query heads sum into one dK
+    # and dV.
+    num_q_tiles = ct.cdiv(q_len, TILE_M)
+    first_q_tile, unmasked_q_tile = 0, 0
     if CAUSAL:
-        first_q_tile = max(k_tile * TILE_N - query_offset, 0) // TILE_M
-    for group_member in range(QUERY_GROUP):
-        head = kv_head * QUERY_GROUP + group_member
-        for q_tile in range(first_q_tile, ct.cdiv(q_len, TILE_M)):
-            q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile,
-                                               TILE_M, TILE_D)
-            p, ds = probabilities_and_ds(q, do, k_t, v_t, lse_log2, delta, q_tile * TILE_M,
-                                         k_tile * TILE_N, q_len, k_len, qk_scale_log2,
-                                         query_offset, TILE_M, TILE_N, CAUSAL)
-            dv = ct.mma(ct.transpose(p.astype(Q.dtype)), do, dv)
-            dk = ct.mma(ct.transpose(ds.astype(Q.dtype)), q, dk)
+        first_q_tile = min(max(k_start - query_offset, 0) // TILE_M, num_q_tiles)
+        unmasked_q_tile = min(ct.cdiv(max(k_start + TILE_N - 1 - query_offset, 0), TILE_M),
+                              num_q_tiles)
+        dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, unmasked_q_tile,
+                                 batch, kv_head, keys, k_len, qk_scale_log2, query_offset,
+                                 TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True)
+    dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, unmasked_q_tile, num_q_tiles,
+                             batch, kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
+                             TILE_M, TILE_N, QUERY_GROUP, CAUSAL, False)
     ct.store(dK, index=(batch, kv_head, k_tile, 0),
              tile=(dk * qk_scale).reshape((1, 1, TILE_N, TILE_D)).astype(dK.dtype))
     ct.store(dV, index=(batch, kv_head, k_tile, 0),
              tile=dv.reshape((1, 1, TILE_N, TILE_D)).astype(dV.dtype))
+
+
+def accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq, first_k_tile, end_k_tile, batch,
+                  kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
+                  TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool):
+    """Key tiles first_k_tile..end_k_tile-1 into one query tile's dQ."""
+    for k_tile in range(first_k_tile, end_k_tile):
+        k_t = load_keys(K, batch, kv_head, k_tile, TILE_D, TILE_N, True)
+        v_t = load_keys(V, batch, kv_head, k_tile, TILE_D, TILE_N, True)
+        scores = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+        dp = ct.mma(do, v_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+        keys = (k_tile * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[None, :]
+        _, ds = probabilities_and_ds(scores, dp, lse_log2, delta, rows, keys, k_len,
+                                     qk_scale_log2, query_offset, CAUSAL, MASKED)
+        dq = ct.mma(ds.astype(Q.dtype), ct.transpose(k_t), dq)
+    return dq
 
 
 @ct.kernel
@@ -105,21 +158,28 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int,
        TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
        CAUSAL: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    if CAUSAL:
+        q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first, as in the forward's step 8
     kv_head = head // QUERY_GROUP
-    q_len, k_len = Q.shape[2], K.shape[2]
+    q_start, k_len = q_tile * TILE_M, K.shape[2]
+    rows = (q_start + ct.arange(TILE_M, dtype=ct.int32))[:, None]
     qk_scale_log2 = qk_scale * INV_LOG_2
     q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D)
+    lse_log2, delta = lse_log2[:, None], delta[:, None]
     dq_acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
-    if CAUSAL:  # the key tiles up to this query tile's last visible key
-        num_k_tiles = ct.cdiv(min((q_tile + 1) * TILE_M + query_offset, k_len), TILE_N)
+    # As in the forward's step 9: key tiles from `mask_start` on reach past the causal
+    # diagonal or the last key and are masked; the ones before run with no mask code.
+    if CAUSAL:
+        num_k_tiles = ct.cdiv(min(q_start + TILE_M + query_offset, k_len), TILE_N)
+        mask_start = min((q_start + query_offset) // TILE_N, k_len // TILE_N)
     else:
         num_k_tiles = ct.cdiv(k_len, TILE_N)
-    for k_tile in range(num_k_tiles):
-        k_t = load_transposed(K, batch, kv_head, k_tile, TILE_D, TILE_N)
-        v_t = load_transposed(V, batch, kv_head, k_tile, TILE_D, TILE_N)
-        _, ds = probabilities_and_ds(q, do, k_t, v_t, lse_log2, delta, q_tile * TILE_M,
-                                     k_tile * TILE_N, q_len, k_len, qk_scale_log2, query_offset,
-                                     TILE_M, TILE_N, CAUSAL)
-        dq_acc = ct.mma(ds.astype(Q.dtype), ct.transpose(k_t), dq_acc)
+        mask_start = k_len // TILE_N
+    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, 0, mask_start, batch,
+                           kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D, TILE_M,
+                           TILE_N, CAUSAL, False)
+    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, max(mask_start, 0),
+                           num_k_tiles, batch, kv_head, rows, k_len, qk_scale_log2, query_offset,
+                           TILE_D, TILE_M, TILE_N, CAUSAL, True)
     ct.store(dQ, index=(batch, head, q_tile, 0),
              tile=(dq_acc * qk_scale).reshape((1, 1, TILE_M, TILE_D)).astype(dQ.dtype))

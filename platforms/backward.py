@@ -24,20 +24,23 @@ class BackwardEntry:
 
 SM_90 = BackwardEntry(
     launches={
-        64: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
+        64: {"dkdv": BackwardLaunch(TileShape(64, 128), 8),
              "dq": BackwardLaunch(TileShape(128, 64), 8)},
-        128: {"dkdv": BackwardLaunch(TileShape(128, 64), 8),
+        128: {"dkdv": BackwardLaunch(TileShape(64, 128), 8),
               "dq": BackwardLaunch(TileShape(128, 64), 8)},
         256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
               "dq": BackwardLaunch(TileShape(64, 64), 8)},
     },
-    provenance="D=128: timed per kernel on an NVIDIA H100 80GB HBM3, 2026-11-22 (B=4, H=32, "
-               "N=8192, fp16; docs/performance.md): dK/dV at 128x64 with eight worker warps "
-               "took 9.0 / 16.6 ms (causal / not) against 9.8 / 19.4 at 64x128, though it "
-               "keeps a 288-byte stack frame; dQ at 128x64 with eight worker warps was the "
-               "fastest of six launches. D=64 and D=256: the launches that compiled for sm_90 "
-               "with the least spilling (dK/dV at D=256 keeps 112 bytes: two float32 "
-               "accumulators of 64 x 256), not yet timed.",
+    provenance="Timed per kernel on an NVIDIA H100 80GB HBM3, 2026-11-22, tileiras 13.5 "
+               "(B=4, H=32, 16 at D=256, N=8192, fp16; medians of 3 rounds; ms causal / "
+               "not; docs/performance.md). dK/dV: D=64 64x128 4.81 / 9.60 against 128x128 "
+               "5.20 / 10.06; D=128 64x128 8.71 / 16.87 against 128x64 10.46 / 19.86 and "
+               "128x128 10.49 / 20.54; D=256 64x64 10.53 causal (before dK/dV turned to keys "
+               "x queries tiles: 9.77 / 18.90, and 30.3 / 49.3 with four warps). dQ: D=64 "
+               "128x64 3.22 / 6.29 against 128x128 3.80 / 7.09 and 64x64 6.51 / 12.63; "
+               "D=128 128x64 5.35 / 10.41 against 128x128 6.30 / 11.59 and 64x64 9.63 / "
+               "18.82; D=256 64x64 8.43 / 16.34 against 64x128 70.1 / 135.3. All with eight "
+               "worker warps.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

@@ -1,5 +1,7 @@
 """Shared fixtures."""
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -41,8 +43,31 @@ def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale):
 def kernels_on_the_cpu(monkeypatch):
     """cutile_fmha.attention's wiring (custom ops, autograd, torch.compile, the
     transformers backend) with the kernels replaced by the reference, so it runs on the
-    CPU; the kernels themselves are checked on the GPU (test_gpu_*.py)."""
+    CPU; the kernels themselves are checked on the GPU (test_gpu_*.py). Gives the calls
+    made, by kind ("forward", "backward")."""
+    return count_kernel_calls(monkeypatch, forward=ReferencePlan, backward=reference_backward)
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The calls cutile_fmha.attention makes to the real kernels, by kind."""
+    return count_kernel_calls(monkeypatch)
+
+
+def count_kernel_calls(monkeypatch, *, forward=None, backward=None) -> Counter:
+    """Counts the forward plans and backward launches cutile_fmha.attention makes (so a
+    test sees that its model really ran them), optionally through stand-ins."""
     import cutile_fmha.dropin as dropin
 
-    monkeypatch.setattr(dropin, "build_plan", ReferencePlan)
-    monkeypatch.setattr(dropin, "attention_backward", reference_backward)
+    calls = Counter()
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(dropin, "build_plan", counted("forward", forward or dropin.build_plan))
+    monkeypatch.setattr(dropin, "attention_backward",
+                        counted("backward", backward or dropin.attention_backward))
+    return calls

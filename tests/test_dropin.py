@@ -154,3 +154,4 @@ def test_torch_compile_traces_one_graph_through_the_custom_ops(kernels_on_the_cp
         results.append([out.detach()] + [leaf.grad for leaf in leaves])
     for eager, traced in zip(*results):
         torch.testing.assert_close(traced, eager)
+    assert kernels_on_the_cpu == {"forward": 2, "backward": 2}

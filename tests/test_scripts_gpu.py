@@ -66,7 +66,7 @@ def test_backward_benchmark_end_to_end(tmp_path):
     assert len(ours) == 2 and all(r["tflops"] > 0 and r["vs_flash"] > 0 for r in ours)
 
 
-def test_llama_demo_end_to_end(capsys):
+def test_llama_demo_end_to_end(capsys, kernel_calls):
     pytest.importorskip("transformers")
     from cutile_fmha.assets import fmha_llama_demo as demo
 
@@ -76,3 +76,5 @@ def test_llama_demo_end_to_end(capsys):
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert "tokens/s" in printed and printed.rstrip().endswith("OK")
+    # two layers: prefill once for the logits and 4 times timed, then 4 training steps
+    assert kernel_calls == {"forward": 2 * (1 + 4 + 4), "backward": 2 * 4}

@@ -81,6 +81,7 @@ def test_a_small_llama_gives_sdpas_logits_and_gradients(kernels_on_the_cpu):
     loss = ours(tokens, labels=tokens).loss
     loss.backward()
     assert torch.isfinite(loss) and all(p.grad is not None for p in ours.parameters())
+    assert kernels_on_the_cpu == {"forward": 2 * 2, "backward": 2}  # 2 layers
     padded = torch.ones_like(tokens)
     padded[1, :3] = 0
     with pytest.raises(ValueError, match="hides keys other than the causal ones"):
@@ -98,4 +99,6 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
     text, ok = demo.report(result, args)
     assert ok, text
     assert result["max_logit_difference"] < 1e-4 and len(result["losses"]["cutile_fmha"]) == 4
+    # one layer: prefill once for the logits and 4 times timed, then 4 training steps
+    assert kernels_on_the_cpu == {"forward": 1 + 4 + 4, "backward": 4}
     assert "tokens/s" in text and "prefill" in text
