@@ -27,13 +27,18 @@ from .common import INV_LOG_2, ConstBool, ConstInt
 ZERO = ct.PaddingMode.ZERO
 
 
+def load_query_tile(X, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt):
+    """Rows q_tile * TILE_M.. of a (batch, heads, q_len, D) tensor as (TILE_M, D), zero past
+    the last query."""
+    return ct.load(X, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
+                   padding_mode=ZERO).reshape((TILE_M, TILE_D))
+
+
 @ct.kernel
 def row_dot(Out, dOut, Delta, TILE_M: ConstInt, TILE_D: ConstInt):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
-    o = ct.load(Out, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
-                padding_mode=ZERO).reshape((TILE_M, TILE_D)).astype(ct.float32)
-    do = ct.load(dOut, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
-                 padding_mode=ZERO).reshape((TILE_M, TILE_D)).astype(ct.float32)
+    o = load_query_tile(Out, batch, head, q_tile, TILE_M, TILE_D).astype(ct.float32)
+    do = load_query_tile(dOut, batch, head, q_tile, TILE_M, TILE_D).astype(ct.float32)
     ct.store(Delta, index=(batch, head, q_tile), tile=ct.sum(o * do, axis=-1).reshape((1, 1, TILE_M)))
 
 
@@ -55,17 +60,18 @@ def probabilities_and_ds(scores, dp, lse_log2, delta, rows, keys, k_len, qk_scal
     return p, p * (dp - delta)
 
 
+def load_query_values(X, batch, head, q_tile, TILE_M: ConstInt):
+    """A (batch, heads, q_len) tensor's values for one query tile, (TILE_M,)."""
+    return ct.load(X, index=(batch, head, q_tile), shape=(1, 1, TILE_M),
+                   padding_mode=ZERO).reshape((TILE_M,))
+
+
 def load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt):
     """A query tile's Q and dO (TILE_M, D), and its LSE in base 2 and Delta (TILE_M,)."""
-    q = ct.load(Q, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
-                padding_mode=ZERO).reshape((TILE_M, TILE_D))
-    do = ct.load(dO, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
-                 padding_mode=ZERO).reshape((TILE_M, TILE_D))
-    lse = ct.load(Lse, index=(batch, head, q_tile), shape=(1, 1, TILE_M),
-                  padding_mode=ZERO).reshape((TILE_M,))
-    delta = ct.load(Delta, index=(batch, head, q_tile), shape=(1, 1, TILE_M),
-                    padding_mode=ZERO).reshape((TILE_M,))
-    return q, do, lse * INV_LOG_2, delta
+    return (load_query_tile(Q, batch, head, q_tile, TILE_M, TILE_D),
+            load_query_tile(dO, batch, head, q_tile, TILE_M, TILE_D),
+            load_query_values(Lse, batch, head, q_tile, TILE_M) * INV_LOG_2,
+            load_query_values(Delta, batch, head, q_tile, TILE_M))
 
 
 def load_keys(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt, TRANSPOSED: ConstBool):
