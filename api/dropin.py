@@ -129,7 +129,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     """A drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
 
     query: (batch, heads, q_len, D); key, value: (batch, kv_heads, k_len, D); float16 or
-    bfloat16 on one CUDA device, last dimension contiguous; D in (64, 128, 256).
+    bfloat16 on one CUDA device, last dimension contiguous; D 64, 128, 256 or a multiple
+    of 64 from 320 to 1024 but 832 (steps 10-11 tile the head dim; forward only: a
+    backward past D=256 raises ValueError).
     attn_mask: None, or a ``CausalBias`` from ``torch.nn.attention.bias``:
         ``causal_upper_left(q_len, k_len)`` (the same as is_causal=True) or
         ``causal_lower_right(q_len, k_len)`` (query i sees keys 0..i + k_len - q_len, as in

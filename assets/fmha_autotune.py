@@ -2,6 +2,7 @@
 
     python assets/fmha_autotune.py                      # D 64/128/256, causal and not
     python assets/fmha_autotune.py --head-dim 128 --seq-len 4096 --output my_entry.json
+    python assets/fmha_autotune.py --head-dim 320 384 448 512 576 640 704 768 896 960 1024
 
 For each head dim and causal or not it times every tuned step (7 on) at every candidate
 of this architecture's search space (platforms/search_space.py: tile shape, occupancy,
@@ -11,6 +12,11 @@ SDPA's cuDNN backend in the same run. Each step is searched on its own: the best
 of one step can be a poor one for another. The fastest few are timed twice more and the
 best median wins. It writes platforms/tuned/<arch>.json, the fastest step and launch per
 point, which the launcher and the drop-in use from then on, and prints the search's table.
+
+Head dims past 256 are searched on their own (all of --head-dim past 256, or none): steps
+10 and 11 over their own candidates (platforms/search_space.py: tiles, head-dim chunk and
+output slice), at FFPA's shape B=1 H=48 by default, against SDPA's efficient backend (the
+one that runs them), written to platforms/tuned/<arch>-large-head-dims.json.
 """
 
 import argparse
@@ -26,20 +32,25 @@ from tqdm import tqdm
 
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
-from cutile_fmha.platforms import HEAD_DIMS, TunedLaunch, arch_of_capability, entry_for
+from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, TunedLaunch, arch_of_capability,
+                                   entry_for)
 from cutile_fmha.platforms.environment import find_cuda_tool
-from cutile_fmha.platforms.search_space import MAX_STACK_BYTES, search_space_for
+from cutile_fmha.platforms.search_space import (LARGE_HEAD_DIM_SEARCH_SPACE, MAX_STACK_BYTES,
+                                                search_space_for)
 from cutile_fmha.platforms.tuned import tuned_path, write_tuned
-from cutile_fmha.steps import FINAL_STEP, STEPS, plan_launch
+from cutile_fmha.steps import STEPS, plan_launch
 from cutile_fmha.steps.compile import compile_step, resource_usage
 
 FINALISTS = 3  # candidates timed again before one is picked
 CONFIRM_ROUNDS = 2
 TUNED_STEPS = [number for number, step in sorted(STEPS.items()) if step.launch == "tuned"]
+# The baseline timed at each point: cuDNN, or past D=256 the one SDPA backend that runs it.
+LARGE_HEAD_DIM_SHAPE = {"batch": 1, "heads": 48}  # FFPA's
 COLUMNS = [Column("head_dim", "D"), Column("causal", "causal"), Column("step", "step"),
            Column("tiles", "tiles"), Column("occupancy", "occupancy"),
            Column("num_worker_warps", "worker warps"), Column("num_ctas", "CTAs"),
-           Column("tflops", "TFLOPS", ".1f"), Column("vs_cudnn", "vs cuDNN", ".2f"),
+           Column("tflops", "TFLOPS", ".1f"), Column("sdpa_backend", "SDPA"),
+           Column("vs_sdpa", "vs SDPA", ".2f"),
            Column("median_tflops", f"median of {1 + CONFIRM_ROUNDS} (finalists)", ".1f"),
            Column("stack_bytes", "stack frame (bytes)"),
            Column("skipped", "skipped")]
@@ -48,11 +59,13 @@ COLUMNS = [Column("head_dim", "D"), Column("causal", "causal"), Column("step", "
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS),
-                        choices=HEAD_DIMS)
+                        choices=HEAD_DIMS + LARGE_HEAD_DIMS,
+                        help="head dims to tune: up to 256, or past it (default: 64 128 256)")
     parser.add_argument("--seq-len", type=measure.positive_int, default=8192)
-    parser.add_argument("--batch", type=measure.positive_int, default=4)
+    parser.add_argument("--batch", type=measure.positive_int, default=None,
+                        help="default 4, or 1 past D=256")
     parser.add_argument("--heads", type=measure.positive_int, default=None,
-                        help="query heads (default: 32, or 16 at D=256)")
+                        help="query heads (default: 32, 16 at D=256, 48 past it)")
     parser.add_argument("--dtype", default="float16", choices=sorted(measure.DTYPES))
     parser.add_argument("--iterations", type=measure.positive_int, default=30,
                         help="timed runs per candidate")
@@ -61,7 +74,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", help="where to write the entry (default: "
                                          "platforms/tuned/<arch>.json)")
     parser.add_argument("--markdown", metavar="PATH", help="write the search's table as Markdown")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.large_head_dims = args.head_dim[0] in LARGE_HEAD_DIMS
+    if any((d in LARGE_HEAD_DIMS) != args.large_head_dims for d in args.head_dim):
+        parser.error("--head-dim: tune head dims up to 256 and past 256 in separate runs "
+                     "(their launches go to separate files)")
+    if args.large_head_dims:
+        args.batch = args.batch or LARGE_HEAD_DIM_SHAPE["batch"]
+        args.heads = args.heads or LARGE_HEAD_DIM_SHAPE["heads"]
+    args.batch = args.batch or 4
+    return args
 
 
 def _entry_with(arch: str, head_dim: int, causal: bool, launch: TunedLaunch):
@@ -100,19 +122,27 @@ def _time_launch(arch, shape, q, k, v, launch: TunedLaunch, iterations: int) -> 
 
 
 def describe(launch: TunedLaunch) -> str:
-    return (f"step {launch.step}, {launch.tiles.tile_m}x{launch.tiles.tile_n}, occupancy "
+    return (f"step {launch.step}, {describe_tiles(launch.tiles)}, occupancy "
             f"{launch.occupancy}, worker warps {launch.num_worker_warps or 'auto'}, CTAs "
             f"{launch.num_ctas or 'auto'}")
+
+
+def candidates(arch: str, head_dim: int) -> list[TunedLaunch]:
+    """Every launch to time at `head_dim`: each candidate of the search space with the
+    tuned steps that run this head dim side by side, so that they meet the same clocks."""
+    steps = [s for s in TUNED_STEPS if head_dim in STEPS[s].head_dims]
+    if head_dim in LARGE_HEAD_DIMS:
+        launches = LARGE_HEAD_DIM_SEARCH_SPACE.launches(steps[0], head_dim)
+    else:
+        launches = search_space_for(arch).launches(steps[0])
+    return [dataclasses.replace(launch, step=step) for launch in launches for step in steps]
 
 
 def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     """(fastest launch per (head dim, causal), the search's rows); `save(best, rows)` after
     each point, so that an interrupted search keeps what it measured."""
-    space = search_space_for(arch)
     points = [(d, c) for d in args.head_dim for c in (True, False)]
-    # Each candidate's steps side by side, so that they meet the same clocks.
-    jobs = [(arch, d, c, dataclasses.replace(launch, step=step), args.dtype) for d, c in points
-            for launch in space.launches(FINAL_STEP) for step in TUNED_STEPS]
+    jobs = [(arch, d, c, launch, args.dtype) for d, c in points for launch in candidates(arch, d)]
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.workers) as pool:
         checked = list(tqdm(pool.imap(check_candidate, jobs), total=len(jobs),
@@ -124,8 +154,9 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
         shape = measure.Shape(args.batch, measure.heads_for(head_dim, args.heads), args.seq_len,
                               args.seq_len, head_dim, causal, args.dtype)
         q, k, v = measure.make_inputs(shape)
-        cudnn = measure.tflops(shape.flops, measure.time_ms(
-            lambda: measure.sdpa(q, k, v, causal=causal, backend="cudnn"), args.iterations))
+        backend = "efficient" if args.large_head_dims else "cudnn"
+        sdpa = measure.tflops(shape.flops, measure.time_ms(
+            lambda: measure.sdpa(q, k, v, causal=causal, backend=backend), args.iterations))
         timed.update()
         point_rows = []
         for (_, d, c, launch, _), (reason, stack_bytes) in zip(jobs, checked):
@@ -133,7 +164,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
                 continue
             tflops = None if reason else _time_launch(arch, shape, q, k, v, launch,
                                                       args.iterations)
-            point_rows.append(_row(head_dim, causal, launch, tflops, cudnn, reason)
+            point_rows.append(_row(head_dim, causal, launch, tflops, backend, sdpa, reason)
                               | {"stack_bytes": stack_bytes})
             timed.update()
         # One timing moves by up to 4%: the few fastest are timed again, in turn, and the
@@ -149,7 +180,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
             r["median_tflops"] = statistics.median(times)
         fastest = max(finalists, key=lambda r: r["median_tflops"])
         best[(head_dim, causal)] = fastest["launch"]
-        tqdm.write(f"D={head_dim} {'causal' if causal else 'non-causal'}: cuDNN {cudnn:.0f}, "
+        tqdm.write(f"D={head_dim} {'causal' if causal else 'non-causal'}: SDPA {backend} {sdpa:.0f}, "
                    f"best {describe(fastest['launch'])}: {fastest['median_tflops']:.0f} TFLOPS")
         rows += point_rows
         save(best, rows)
@@ -158,12 +189,19 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     return best, rows
 
 
-def _row(head_dim, causal, launch: TunedLaunch, tflops, cudnn, skipped) -> dict:
+def describe_tiles(tiles) -> str:
+    """"128x64", or for step 10's tiles "64x128, chunk 64, slice 512"."""
+    text = f"{tiles.tile_m}x{tiles.tile_n}"
+    return text + (f", chunk {tiles.tile_k}, slice {tiles.tile_v}" if tiles.tile_k else "")
+
+
+def _row(head_dim, causal, launch: TunedLaunch, tflops, backend, sdpa, skipped) -> dict:
     return {"head_dim": head_dim, "causal": causal, "step": launch.step,
-            "tiles": f"{launch.tiles.tile_m}x{launch.tiles.tile_n}",
+            "tiles": describe_tiles(launch.tiles),
             "occupancy": launch.occupancy, "num_worker_warps": launch.num_worker_warps,
-            "num_ctas": launch.num_ctas, "tflops": tflops, "cudnn_tflops": cudnn,
-            "vs_cudnn": tflops / cudnn if tflops else None, "skipped": skipped, "launch": launch}
+            "num_ctas": launch.num_ctas, "tflops": tflops, "sdpa_backend": backend,
+            "sdpa_tflops": sdpa, "vs_sdpa": tflops / sdpa if tflops else None,
+            "skipped": skipped, "launch": launch}
 
 
 def main(argv=None) -> int:
@@ -175,7 +213,7 @@ def main(argv=None) -> int:
     context = measure.run_context() | {
         "shape": f"B={args.batch} N={args.seq_len} {args.dtype}, "
                  f"{measure.describe_heads(args.heads, None)}"}
-    path = Path(args.output) if args.output else tuned_path(arch)
+    path = Path(args.output) if args.output else tuned_path(arch, args.large_head_dims)
 
     def table(rows):
         return [{key: value for key, value in row.items() if key != "launch"} for row in rows]

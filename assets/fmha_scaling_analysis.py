@@ -3,6 +3,8 @@
     python assets/fmha_scaling_analysis.py --iterations 100
     python assets/fmha_scaling_analysis.py --dtypes float16 bfloat16 --seq-lens 4096 8192 16384 \
         --steps 6 7 8 9                                      # the performance page's grid
+    python assets/fmha_scaling_analysis.py --head-dim-sweep  # D 320-1024 against SDPA
+                                                             # efficient, FFPA's shape
 
 For each dtype, head dim, causal or not and N it times every method on the same fresh
 inputs, gives each step's speedup over SDPA's cuDNN backend and over the best SDPA backend,
@@ -13,6 +15,7 @@ Markdown report, CSV, JSON and (with matplotlib) PNG plots to --output-dir.
 
 import argparse
 import datetime
+import itertools
 import statistics
 import sys
 from pathlib import Path
@@ -31,12 +34,18 @@ COLUMNS = [
     Column("causal", "causal"), Column("seq_len", "N"), Column("step", "step"),
     Column("method", "method"), Column("latency_ms", "latency (ms)", ".3f"),
     Column("tflops", "TFLOPS", ".1f"), Column("vs_cudnn", "vs SDPA cuDNN", ".2f"),
+    Column("vs_efficient", "vs SDPA efficient", ".2f"),
     Column("vs_best_sdpa", "vs best SDPA", ".2f"),
     Column("spread_pct", "spread of the rounds (%)", ".1f"),
     Column("extra_peak_mib", "extra peak memory (MiB)", ".1f"),
 ]
 MATH_BACKEND = "math"
 CUDNN_METHOD = "PyTorch SDPA (cudnn)"
+EFFICIENT_METHOD = "PyTorch SDPA (efficient)"
+# --head-dim-sweep: steps 10 and 11 at the head dims past 256 that models use, against SDPA's
+# efficient backend (the only one that runs them on Hopper), at FFPA's shape B=1 H=48.
+HEAD_DIM_SWEEP = {"head_dims": [320, 384, 448, 512, 576, 640, 768, 1024], "batch": 1,
+                  "heads": 48, "seq_lens": [8192], "steps": [10, 11], "sdpa_backends": ["efficient"]}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,6 +64,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=Path,
                         default=Path("results") / f"scaling-{datetime.date.today()}")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--head-dim-sweep", action="store_true",
+                        help="head dims on the x axis: the defaults become "
+                             + ", ".join(f"--{key.replace('_', '-')} "
+                                         + " ".join(map(str, value if isinstance(value, list)
+                                                        else [value]))
+                                         for key, value in HEAD_DIM_SWEEP.items())
+                             + " (each still overridable), and the report and plots show "
+                               "TFLOPS and the speedup over SDPA efficient against D")
+    if parser.parse_known_args(argv)[0].head_dim_sweep:
+        parser.set_defaults(**HEAD_DIM_SWEEP)
     args = parser.parse_args(argv)
     measure.check_run_arguments(parser, args)
     return args
@@ -79,20 +98,25 @@ def group_of(row: dict) -> tuple[str, int, bool]:
     return row["dtype"], row["head_dim"], row["causal"]
 
 
-def sweep(args) -> list[dict]:
+def sweep(args, save=lambda rows: None) -> list[dict]:
+    """Every point's rows; `save(rows)` after each point, so that a run stopped early
+    keeps what it measured."""
     shapes = [measure.Shape(args.batch, measure.heads_for(head_dim, args.heads), n, n, head_dim,
                             causal, dtype, args.kv_heads)
               for dtype, head_dim, causal in groups(args) for n in args.seq_lens]
-    per_point = (len(args.steps) + len(args.sdpa_backends)) * args.rounds + 1  # + math's memory
     rows = []
-    with tqdm(total=len(shapes) * per_point, unit="run") as progress:
+    # Per point: each step that runs its head dim and each backend, every round; and
+    # the math backend's memory.
+    total = sum((len(measure.steps_running(args.steps, shape.head_dim))
+                 + len(args.sdpa_backends)) * args.rounds + 1 for shape in shapes)
+    with tqdm(total=total, unit="run") as progress:
         for shape in shapes:
             progress.set_description(f"{shape.dtype} D={shape.head_dim} N={shape.q_len} "
                                      f"{'causal' if shape.causal else 'non-causal'}")
             q, k, v = measure.make_inputs(shape, seed=shape.q_len)
             found = measure.methods(q, k, v, causal=shape.causal, steps=args.steps,
                                     sdpa_backends=args.sdpa_backends, platform=args.platform)
-            progress.update((len(args.sdpa_backends) + len(args.steps) - len(found))
+            progress.update((len(args.sdpa_backends) - sum(m.backend is not None for m in found))
                             * args.rounds)  # backends that can't run here
             point_rows = [_method_row(shape, method) for method in found]
             timings = measure.time_in_rounds(
@@ -113,6 +137,7 @@ def sweep(args) -> list[dict]:
             progress.update()
             add_speedups(point_rows)
             rows += point_rows
+            save(rows)
             del q, k, v
     return rows
 
@@ -139,15 +164,16 @@ def _time_or_oom(fn, iterations: int) -> float | str:
 
 
 def add_speedups(point_rows: list[dict]) -> None:
-    """Each step's speedup over SDPA's cuDNN backend and over the best SDPA backend timed
-    at the same point."""
+    """Each step's speedup over SDPA's cuDNN and efficient backends and over the best SDPA
+    backend timed at the same point."""
     timed = [r for r in point_rows if isinstance(r.get("latency_ms"), float)]
     sdpa = {r["method"]: r["latency_ms"] for r in timed if r["step"] == measure.SDPA_STEP}
     for row in timed:
         if row["step"] == measure.SDPA_STEP:
             continue
-        if CUDNN_METHOD in sdpa:
-            row["vs_cudnn"] = sdpa[CUDNN_METHOD] / row["latency_ms"]
+        for key, method in (("vs_cudnn", CUDNN_METHOD), ("vs_efficient", EFFICIENT_METHOD)):
+            if method in sdpa:
+                row[key] = sdpa[method] / row["latency_ms"]
         if sdpa:
             row["vs_best_sdpa"] = min(sdpa.values()) / row["latency_ms"]
 
@@ -198,14 +224,45 @@ def describe_group(group: tuple, args) -> str:
     return f"{dtype}, D={head_dim}, {heads}, {'causal' if causal else 'non-causal'}"
 
 
+def head_dim_sweep(rows: list[dict], args, dtype: str, causal: bool,
+                   seq_len: int) -> tuple[list[dict], list[Column]]:
+    """FFPA's table: one row per method (TFLOPS), the fastest step's speedup over SDPA
+    efficient and its extra peak memory, one column per head dim."""
+    rows = [r for r in rows if (r["dtype"], r["causal"], r["seq_len"]) == (dtype, causal, seq_len)]
+    table = []
+    for method in dict.fromkeys(r["method"] for r in rows if "tflops" in r):
+        table.append({"what": f"{method} (TFLOPS)"} | {
+            f"d{r['head_dim']}": measure.cell(r["tflops"], ".0f") for r in rows
+            if r["method"] == method})
+    fastest = {}
+    for r in rows:
+        if "vs_efficient" in r and r["vs_efficient"] > fastest.get(r["head_dim"], {}).get(
+                "vs_efficient", 0):
+            fastest[r["head_dim"]] = r
+    for key, what, fmt in (("step", "fastest step", ""),
+                           ("vs_efficient", "fastest step / SDPA efficient", ".2f"),
+                           ("extra_peak_mib", "its extra peak memory (MiB)", ".0f")):
+        table.append({"what": what} | {f"d{d}": measure.cell(r[key], fmt) for d, r in fastest.items()})
+    return table, [Column("what", "")] + [Column(f"d{d}", f"D={d}") for d in args.head_dims]
+
+
 def report(rows, args, context) -> str:
-    """The Markdown report: the fastest step against cuDNN, then one wide table per
-    quantity for each dtype, head dim and causal mode."""
+    """The Markdown report: the fastest step against cuDNN (or, sweeping head dims, FFPA's
+    table against SDPA efficient), then one wide table per quantity for each dtype, head
+    dim and causal mode."""
     lines = ["# cuTile FMHA scaling analysis", ""]
     lines += [f"- {key}: {value}" for key, value in context.items()]
-    table, columns = best_steps(rows, args)
-    lines += ["", "## The fastest step against SDPA cuDNN", "",
-              measure.format_table(table, columns, "github")]
+    if args.head_dim_sweep:
+        lines += ["", "## Head-dim sweep: the fastest step against SDPA efficient"]
+        for dtype, causal, n in itertools.product(args.dtypes, CAUSAL_MODES[args.causal],
+                                                  args.seq_lens):
+            table, columns = head_dim_sweep(rows, args, dtype, causal, n)
+            lines += ["", f"### {dtype}, {'causal' if causal else 'non-causal'}, N={n}", "",
+                      measure.format_table(table, columns, "github")]
+    else:
+        table, columns = best_steps(rows, args)
+        lines += ["", "## The fastest step against SDPA cuDNN", "",
+                  measure.format_table(table, columns, "github")]
     for group in groups(args):
         lines += ["", f"## {describe_group(group, args)}"]
         for value, title, fmt in REPORT_TABLES:
@@ -215,6 +272,22 @@ def report(rows, args, context) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pyplot():
+    """matplotlib's pyplot, drawing to files (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(plt, figure, context, path: Path) -> Path:
+    figure.suptitle(f"cuTile FMHA on {context['gpu']} ({context['arch']}), {context['shape']}")
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
 PLOTS = [("tflops", "TFLOPS", "tflops_vs_seq_len.png"),
          ("vs_cudnn", "speedup over SDPA cuDNN (x)", "speedup_vs_cudnn.png")]
 
@@ -222,10 +295,7 @@ PLOTS = [("tflops", "TFLOPS", "tflops_vs_seq_len.png"),
 def plot(rows, args, context, output_dir: Path) -> list[Path]:
     """TFLOPS against N per method, and each step's speedup over SDPA cuDNN: one panel per
     dtype and head dim (rows) and causal mode (columns)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     modes = CAUSAL_MODES[args.causal]
     panels = [(dtype, head_dim) for dtype in args.dtypes for head_dim in args.head_dims]
@@ -258,24 +328,67 @@ def plot(rows, args, context, output_dir: Path) -> list[Path]:
                 axis.grid(True, alpha=0.3)
                 if axis.get_legend_handles_labels()[0]:  # no cuDNN here: no speedups
                     axis.legend(fontsize=7)
-        figure.suptitle(f"cuTile FMHA on {context['gpu']} ({context['arch']}), {context['shape']}")
-        path = output_dir / name
-        figure.savefig(path, dpi=90)
-        plt.close(figure)
-        written.append(path)
+        written.append(_save(plt, figure, context, output_dir / name))
     return written
 
 
-def write_outputs(rows, args, context) -> list[Path]:
+HEAD_DIM_PLOTS = [("tflops", "TFLOPS", "tflops_vs_head_dim.png"),
+                  ("vs_efficient", "speedup over SDPA efficient (x)", "speedup_vs_head_dim.png")]
+
+
+def plot_head_dims(rows, args, context, output_dir: Path) -> list[Path]:
+    """TFLOPS and the speedup over SDPA efficient against D: one panel per dtype (rows)
+    and causal mode (columns), one line per method and N."""
+    plt = _pyplot()
+
+    modes = CAUSAL_MODES[args.causal]
+    written = []
+    for value, ylabel, name in HEAD_DIM_PLOTS:
+        figure, axes = plt.subplots(len(args.dtypes), len(modes), squeeze=False,
+                                    layout="constrained",
+                                    figsize=(7 * len(modes), 4.5 * len(args.dtypes)))
+        for dtype, axes_row in zip(args.dtypes, axes):
+            for axis, causal in zip(axes_row, modes):
+                lines = {}
+                for r in rows:
+                    if (r["dtype"], r["causal"]) == (dtype, causal) and \
+                            isinstance(r.get(value), float):
+                        label = f"{r['method']}, N={r['seq_len']}"
+                        lines.setdefault(label, []).append((r["head_dim"], r[value]))
+                for label, points in lines.items():
+                    axis.plot(*zip(*sorted(points)), marker="o", label=label,
+                              linestyle="--" if label.startswith("PyTorch") else "-")
+                if value == "vs_efficient":
+                    axis.axhline(2.0, color="black", linewidth=1, linestyle=":")
+                axis.set_ylim(bottom=0)
+                axis.set_xticks(args.head_dims, [str(d) for d in args.head_dims])
+                axis.set_xlabel("head dim D")
+                axis.set_ylabel(ylabel)
+                axis.set_title(f"{dtype}, {'causal' if causal else 'non-causal'}")
+                axis.grid(True, alpha=0.3)
+                if lines:
+                    axis.legend(fontsize=7)
+        written.append(_save(plt, figure, context, output_dir / name))
+    return written
+
+
+def write_tables(rows, args, context) -> list[Path]:
+    """scaling.json, scaling.csv and scaling.md: after every point, and at the end."""
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     measure.write_json(out / "scaling.json", context, rows)
     measure.write_csv(out / "scaling.csv", rows, COLUMNS)
     (out / "scaling.md").write_text(report(rows, args, context))
-    written = [out / "scaling.json", out / "scaling.csv", out / "scaling.md"]
+    return [out / "scaling.json", out / "scaling.csv", out / "scaling.md"]
+
+
+def write_outputs(rows, args, context) -> list[Path]:
+    """The tables and the plots."""
+    out = args.output_dir
+    written = write_tables(rows, args, context)
     if not args.no_plots:
         try:
-            written += plot(rows, args, context, out)
+            written += (plot_head_dims if args.head_dim_sweep else plot)(rows, args, context, out)
         except ImportError:
             print("matplotlib is not installed: no plots (pip install matplotlib)")
     return written
@@ -291,7 +404,7 @@ def main(argv=None) -> int:
         "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)}",
         "command": " ".join(["python assets/fmha_scaling_analysis.py",
                              *(sys.argv[1:] if argv is None else argv)])}
-    rows = sweep(args)
+    rows = sweep(args, lambda rows: write_tables(rows, args, context))
     written = write_outputs(rows, args, context)
     print(report(rows, args, context))
     print("Wrote " + ", ".join(str(p) for p in written))

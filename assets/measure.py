@@ -22,7 +22,7 @@ from tabulate import tabulate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from ..platforms import HEAD_DIMS, PLATFORMS, arch_of_capability
+from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, arch_of_capability
 from ..platforms.environment import check, find_compiler
 from ..steps import STEPS, attention
 
@@ -121,8 +121,14 @@ class Method:
     backend: str | None = None  # the SDPA backend, for step 0
 
 
+def steps_running(steps, head_dim: int) -> list[int]:
+    """Those of `steps` that run `head_dim` (steps 1-9 up to 256, step 10 past it)."""
+    return [step for step in steps if head_dim in STEPS[step].head_dims]
+
+
 def methods(q, k, v, *, causal: bool | str, steps, sdpa_backends, platform=None) -> list[Method]:
-    """The SDPA backends that run these inputs here, then the chosen steps."""
+    """The SDPA backends that run these inputs here, then those of the chosen steps that
+    run this head dim."""
     found = [Method(SDPA_STEP, f"PyTorch SDPA ({backend})",
                     functools.partial(sdpa, q, k, v, causal=causal, backend=backend), backend)
              for backend in sdpa_backends
@@ -130,7 +136,7 @@ def methods(q, k, v, *, causal: bool | str, steps, sdpa_backends, platform=None)
     return found + [Method(step, STEPS[step].name,
                            functools.partial(attention, q, k, v, causal=causal, step=step,
                                              platform=platform))
-                    for step in steps]
+                    for step in steps_running(steps, q.shape[-1])]
 
 
 def _time_with_events(fn, iterations: int) -> float:
@@ -254,14 +260,16 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, sdpa_backends: list[st
                              "(default: as many)")
     if sweep:
         parser.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS),
-                            choices=HEAD_DIMS)
+                            choices=HEAD_DIMS + LARGE_HEAD_DIMS)
         parser.add_argument("--dtypes", nargs="+", default=["float16"], choices=sorted(DTYPES))
     else:
-        parser.add_argument("--head-dim", type=int, default=128, choices=HEAD_DIMS)
+        parser.add_argument("--head-dim", type=int, default=128,
+                            choices=HEAD_DIMS + LARGE_HEAD_DIMS)
         parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
     parser.add_argument("--iterations", type=positive_int, default=100, help=iterations_help)
     parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
-                        choices=sorted(STEPS), help="which steps to run (default: all)")
+                        choices=sorted(STEPS), help="which steps to run, of those that run the "
+                                                    "head dim (default: all)")
     parser.add_argument("--platform", choices=sorted(PLATFORMS) + ["default"],
                         help="use another architecture's table entry (default: this GPU's)")
     parser.add_argument("--sdpa-backends", nargs="+", default=sdpa_backends,
@@ -304,7 +312,8 @@ class Column:
     fmt: str = ""  # format spec for numbers, e.g. ".3f"
 
 
-def _cell(value, fmt: str) -> str:
+def cell(value, fmt: str) -> str:
+    """One table cell: a float in `fmt`, "-" for None, anything else as it is."""
     if value is None:
         return "-"
     if isinstance(value, float) and fmt:
@@ -314,7 +323,7 @@ def _cell(value, fmt: str) -> str:
 
 def format_table(rows: list[dict], columns: list[Column], tablefmt: str = "simple") -> str:
     """Rows as a text table ("simple") or a Markdown table ("github")."""
-    body = [[_cell(row.get(c.key), c.fmt) for c in columns] for row in rows]
+    body = [[cell(row.get(c.key), c.fmt) for c in columns] for row in rows]
     return tabulate(body, headers=[c.header for c in columns], tablefmt=tablefmt,
                     disable_numparse=True)
 

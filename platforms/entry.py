@@ -1,9 +1,15 @@
 """The shape of one platform-table entry."""
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+# Steps 1-9 hold the whole head dim on chip: 64, 128 or 256. Steps 10 and 11 tile it, for
+# the multiples of 64 from 320 to 1024 but 832: 13 x 64 splits into no output slices wider
+# than 64 and fits no CTA whole, and ran slower than SDPA's efficient backend (H100,
+# docs/performance.md).
 HEAD_DIMS = (64, 128, 256)
+LARGE_HEAD_DIMS = tuple(d for d in range(320, 1025, 64) if d != 832)
 SOURCES = ("guide", "measured", "unmeasured")
 
 
@@ -11,6 +17,10 @@ SOURCES = ("guide", "measured", "unmeasured")
 class TileShape:
     tile_m: int  # query rows per CTA
     tile_n: int  # key/value rows per loop iteration
+    # Step 10 only (None: the whole head dim): head-dim columns of Q and K per product of
+    # Q K^T, and output columns per CTA.
+    tile_k: int | None = None
+    tile_v: int | None = None
 
 
 @dataclass(frozen=True)
@@ -43,9 +53,22 @@ class PlatformEntry:
     # (head dim, causal) -> the autotuner's result on this architecture (platforms/tuned/).
     tuned: dict[tuple[int, bool], TunedLaunch] = field(default_factory=dict)
     tuned_note: str = ""  # where the tuned launches were measured (device, date, versions)
+    # Step 10's launch past D=256 where the autotuner has not measured one; its tile_v is
+    # the widest output slice one CTA takes (see large_head_dim_launch).
+    large_head_dim: TunedLaunch | None = None
 
     def tile_for(self, head_dim: int) -> TileShape:
         return self.tiles[head_dim]
+
+    def large_head_dim_launch(self, head_dim: int) -> TunedLaunch:
+        """Step 10's launch at `head_dim` from the entry's rule: its tiles and hints, and
+        as output slice the widest multiple of 64 that divides `head_dim` and is at most
+        the rule's widest (fewest CTAs per query tile, so the least recomputed Q K^T)."""
+        rule = self.large_head_dim
+        slice_width = max(width for width in range(64, rule.tiles.tile_v + 1, 64)
+                          if head_dim % width == 0)
+        return dataclasses.replace(rule, tiles=dataclasses.replace(rule.tiles,
+                                                                   tile_v=slice_width))
 
     def describe(self) -> str:
         tuned = f"; tuned: {self.tuned_note}" if self.tuned else ""

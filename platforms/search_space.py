@@ -7,6 +7,7 @@ choice of worker warps (None) stays: with 64x128 tiles it is the fastest launch 
 without the causal mask (measurements/sm_90-h100-2026-11-22-autotune.md).
 """
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -25,6 +26,20 @@ class SearchSpace:
         return [TunedLaunch(step, tiles, occupancy, warps, ctas)
                 for tiles, occupancy, warps, ctas in itertools.product(
                     self.tiles, self.occupancy, self.num_worker_warps, self.num_ctas)]
+
+
+@dataclass(frozen=True)
+class LargeHeadDimSearchSpace:
+    """Step 10's candidates past D=256: every tile shape (tile_m, tile_n, tile_k) with
+    every output slice (tile_v) from `narrowest_slice` up that divides the head dim."""
+    space: SearchSpace
+    narrowest_slice: int
+
+    def launches(self, step: int, head_dim: int) -> list[TunedLaunch]:
+        slices = [width for width in range(self.narrowest_slice, head_dim + 1, 64)
+                  if head_dim % width == 0]
+        return [dataclasses.replace(launch, tiles=dataclasses.replace(launch.tiles, tile_v=width))
+                for launch in self.space.launches(step) for width in slices]
 
 
 # Candidates whose stack frame (register spills) is larger are skipped without timing:
@@ -47,3 +62,12 @@ DEFAULT_SEARCH_SPACE = SearchSpace(tiles=(TileShape(64, 64),) + _64_TO_128 + (Ti
 
 def search_space_for(arch: str) -> SearchSpace:
     return SEARCH_SPACES.get(arch, DEFAULT_SEARCH_SPACE)
+
+
+# Past D=256 (step 10), on every architecture: TILE_M 64 (the accumulators of 64 rows by up
+# to about 700 columns already fill the registers), one CTA per SM, eight worker warps.
+# Slices narrower than a quarter of the head dim recompute Q K^T four times and more.
+LARGE_HEAD_DIM_SEARCH_SPACE = LargeHeadDimSearchSpace(
+    SearchSpace(tiles=(TileShape(64, 64, tile_k=64), TileShape(64, 128, tile_k=64)),
+                occupancy=(1,), num_worker_warps=(8,), num_ctas=(None,)),
+    narrowest_slice=256)

@@ -8,7 +8,7 @@ architecture; the others are starting points for whoever owns such a GPU.
 
 import dataclasses
 
-from .entry import PlatformEntry, TileShape
+from .entry import PlatformEntry, TileShape, TunedLaunch
 from .tuned import load_tuned
 
 _64x64 = TileShape(tile_m=64, tile_n=64)
@@ -21,12 +21,20 @@ _MMA_SYNC_GUESS = ("Conservative guess (mma.sync, no TMA): small tiles, 2 CTAs/S
                    "cuobjdump shows spills at 64x64 (stack 496 to 1512 bytes; on sm_80 every "
                    "shape tried spills at D>=128): time it before trusting it.")
 
+# Past D=256 where the autotuner has not measured a launch per head dim: step 10 (Q
+# streamed, so its shared memory does not grow with D) at 64x64 tiles, the head dim in
+# chunks of 64 and output slices up to 704 columns wide (large_head_dim_launch): a starting
+# point, not timed as a rule; on sm_90 the autotuner's launches replace it (tuned/).
+_LARGE_HEAD_DIM_RULE = TunedLaunch(step=10, tiles=TileShape(64, 64, tile_k=64, tile_v=704),
+                                   occupancy=1, num_worker_warps=8)
+
 _ENTRIES = (
     PlatformEntry(
         arch="sm_121",
         gpus="DGX Spark (GB10)",
         tiles={64: _64x64, 128: _64x64, 256: _64x64},
         occupancy=2,
+        large_head_dim=_LARGE_HEAD_DIM_RULE,
         source="guide",
         note="The guide's DGX Spark row: small tiles, 2 CTAs/SM for its 48 SMs.",
     ),
@@ -35,6 +43,7 @@ _ENTRIES = (
         gpus="B300",
         tiles={64: _256x128, 128: _256x128, 256: _128x128},
         occupancy=1,
+        large_head_dim=_LARGE_HEAD_DIM_RULE,
         source="guide",
         note="The guide's B300 row (256x128, occupancy 1) for D=64/128; D=256 takes "
              "the guide's alternate 128x128 (unmeasured) to keep the accumulator small.",
@@ -44,6 +53,7 @@ _ENTRIES = (
         gpus="B200, GB200",
         tiles={64: _256x128, 128: _256x128, 256: _128x128},
         occupancy=1,
+        large_head_dim=_LARGE_HEAD_DIM_RULE,
         source="unmeasured",
         note="Copied from the B300 (sm_103) entry: same SM design, not timed.",
     ),
@@ -52,6 +62,7 @@ _ENTRIES = (
         gpus="RTX PRO 6000 Blackwell, GeForce RTX 50",
         tiles={64: _64x64, 128: _64x64, 256: _64x64},
         occupancy=2,
+        large_head_dim=_LARGE_HEAD_DIM_RULE,
         source="unmeasured",
         note="Copied from the DGX Spark (sm_121) entry: same SM design, not timed.",
     ),
@@ -60,6 +71,7 @@ _ENTRIES = (
         gpus="H100, H200",
         tiles={64: _64x128, 128: _64x128, 256: _64x128},
         occupancy=2,
+        large_head_dim=_LARGE_HEAD_DIM_RULE,
         source="measured",
         note="Measured on an NVIDIA H200, 2026-11-21, with the tile sweep (step 6, B=4, "
              "N=4096, fp16; measurements/): 64x128 at occupancy 2 is the best mean of "
@@ -73,6 +85,7 @@ _ENTRIES = (
         gpus="L4, L40S, RTX 40",
         tiles={64: _64x64, 128: _64x64, 256: _64x64},
         occupancy=2,
+        large_head_dim=_LARGE_HEAD_DIM_RULE,
         source="unmeasured",
         note=_MMA_SYNC_GUESS,
     ),
@@ -81,6 +94,7 @@ _ENTRIES = (
         gpus="A100, A30",
         tiles={64: _64x64, 128: _64x64, 256: _64x64},
         occupancy=2,
+        large_head_dim=_LARGE_HEAD_DIM_RULE,
         source="unmeasured",
         note=_MMA_SYNC_GUESS,
     ),
@@ -95,6 +109,7 @@ DEFAULT = PlatformEntry(
     gpus="any other GPU cuTile supports",
     tiles={64: _64x64, 128: _64x64, 256: _64x64},
     occupancy=1,
+    large_head_dim=_LARGE_HEAD_DIM_RULE,
     source="unmeasured",
     note="Fallback for architectures without an entry: small tiles, occupancy 1; not timed.",
 )

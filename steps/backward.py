@@ -9,7 +9,7 @@ import cuda.tile as ct
 import torch
 
 from ..kernels import backward as kernels
-from ..platforms import arch_of_capability
+from ..platforms import HEAD_DIMS, arch_of_capability
 from ..platforms.backward import backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
 from .launcher import causal_query_offset, softmax_scale, with_hints
@@ -33,6 +33,9 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     log-sum-exp. dk and dv have k's and v's shapes: with grouped-query heads each sums the
     gradients of the query heads that share it."""
     batch, heads, q_len, head_dim = q.shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"the backward runs head dims {HEAD_DIMS}, got {head_dim}: past 256 "
+                         f"only the forward (steps 10-11) is built")
     if grad_out.shape != out.shape:
         raise ValueError(f"grad_out must have out's shape {tuple(out.shape)}, got "
                          f"{tuple(grad_out.shape)}")

@@ -21,12 +21,12 @@ from pathlib import Path
 import cuda.tile as ct
 from cuda.tile.compilation import export_kernel
 
-from ..platforms import HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
+from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .definitions import STEPS
 from ..platforms.backward import backward_entry_for
 from .backward import BACKWARD_FAMILIES, backward_kernel
-from .family import FORWARD, KernelFamily, backward_constants, forward_constants
+from .family import KernelFamily, backward_constants, forward_constants
 from .launcher import kernel_for
 
 CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
@@ -50,8 +50,8 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
                                              head_dim=head_dim, causal=causal)
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                   write_lse=write_lse)
-    return export_cubin(kernel_for(step, hints), FORWARD, dtype=dtype, constants=constants,
-                        arch=arch)
+    return export_cubin(kernel_for(step, hints), STEPS[step].family, dtype=dtype,
+                        constants=constants, arch=arch)
 
 
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
@@ -105,9 +105,11 @@ def main(argv=None) -> int:
                         help="architecture to compile for, e.g. sm_90 (repeatable; default: "
                              "every table entry; one without an entry gets the default entry)")
     parser.add_argument("--steps", type=int, nargs="+", default=sorted(STEPS),
-                        choices=sorted(STEPS))
+                        choices=sorted(STEPS), help="steps to compile, at the head dims each "
+                                                    "runs (default: all)")
     parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS),
-                        choices=HEAD_DIMS)
+                        choices=HEAD_DIMS + LARGE_HEAD_DIMS,
+                        help="default 64 128 256; past 256 only step 10 runs")
     parser.add_argument("--dtype", choices=sorted(CT_DTYPES), default="float16")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--lse", action="store_true",
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
             print(f"{arch}: {problem}")
             continue
         for head_dim in args.head_dim:
-            for step in args.steps:
+            for step in (s for s in args.steps if head_dim in STEPS[s].head_dims):
                 start = time.perf_counter()
                 try:
                     cubin = compile_step(step, arch, dtype=args.dtype, head_dim=head_dim,

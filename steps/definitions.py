@@ -6,15 +6,18 @@ from typing import Literal
 
 from ..kernels import (step1_basic, step2_exp2, step3_load_order, step4_latency_hints,
                        step5_occupancy, step6_approx_div, step7_worker_warps, step8_heavy_first,
-                       step9_unmasked_loop)
-from ..platforms import PlatformEntry, TileShape
+                       step9_unmasked_loop, step10_head_dim_tiling,
+                       step11_resident_query)
+from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PlatformEntry, TileShape
+from .family import FORWARD, FORWARD_TILED_HEAD_DIM, KernelFamily
 
 # Where a step's launch configuration comes from:
 #   "guide": the platform entry's tile shape; the kernel's own hints (none).
 #   "table": the same, and the occupancy hint, which the kernel takes from the platform
 #            table; so running with another architecture's entry must bring its occupancy.
 #   "tuned": per head dim and causal or not, the tiles and hints the autotuner measured
-#            fastest on this architecture (platforms/tuned/); without them, as "table".
+#            fastest on this architecture (platforms/tuned/); without them, as "table",
+#            or past D=256 the entry's rule for step 10 (large_head_dim_launch).
 LaunchSource = Literal["guide", "table", "tuned"]
 
 
@@ -24,6 +27,8 @@ class Step:
     name: str  # what the step adds, as the tutorial's table shows it
     module: object  # the kernel's module; its docstring explains the idea
     launch: LaunchSource
+    head_dims: tuple[int, ...] = HEAD_DIMS  # the head dims it runs
+    family: KernelFamily = FORWARD  # how its kernel is called (steps/family.py)
 
     @property
     def kernel(self):
@@ -39,6 +44,8 @@ class Step:
         None to run it as decorated. `native`: `entry` is the one of the architecture the
         kernel is compiled for, whose values the kernel's ByTarget hints already hold."""
         tuned = entry.tuned.get((head_dim, causal)) if self.launch == "tuned" else None
+        if tuned is None and head_dim not in HEAD_DIMS:
+            tuned = entry.large_head_dim_launch(head_dim)
         if tuned is not None:
             return tuned.tiles, tuned.hints()
         if self.launch == "guide" or native:
@@ -61,6 +68,10 @@ STEPS: dict[int, Step] = {
         Step(7, "+ Worker warps", step7_worker_warps, "tuned"),
         Step(8, "+ Heaviest first", step8_heavy_first, "tuned"),
         Step(9, "+ Unmasked loop", step9_unmasked_loop, "tuned"),
+        Step(10, "+ Head-dim tiling", step10_head_dim_tiling, "tuned", LARGE_HEAD_DIMS,
+             FORWARD_TILED_HEAD_DIM),
+        Step(11, "+ Resident query", step11_resident_query, "tuned", LARGE_HEAD_DIMS,
+             FORWARD_TILED_HEAD_DIM),
     )
 }
 FINAL_STEP = max(STEPS)
@@ -75,7 +86,15 @@ def step_of(module) -> Step:
 GUIDE_FINAL_STEP = step_of(step6_approx_div).number
 
 
+def steps_for(head_dim: int) -> list[int]:
+    """The steps that run at `head_dim`, in order."""
+    return [number for number, step in sorted(STEPS.items()) if head_dim in step.head_dims]
+
+
 def fastest_step(entry: PlatformEntry, head_dim: int, causal: bool) -> int:
-    """The step the autotuner measured fastest with `entry`, else the guide's last step."""
+    """The step the autotuner measured fastest with `entry`, else the guide's last step
+    (past D=256, the step of the entry's rule)."""
     tuned = entry.tuned.get((head_dim, causal))
-    return tuned.step if tuned is not None else GUIDE_FINAL_STEP
+    if tuned is not None:
+        return tuned.step
+    return GUIDE_FINAL_STEP if head_dim in HEAD_DIMS else entry.large_head_dim.step

@@ -104,6 +104,23 @@ FORWARD = KernelFamily(
 )
 
 
+def _query_tiles_by_output_slices(values: dict) -> tuple[int, int, int]:
+    batch, heads, q_len, _ = values["Q"].shape
+    slices = values["TILE_D"] // values["TILE_V"]
+    return math.ceil(q_len / values["TILE_M"]) * slices, heads, batch
+
+
+# Step 10 (head dim tiled) takes the forward's parameters and, before WRITE_LSE, TILE_K
+# (head-dim columns per product of Q K^T) and TILE_V (output columns per CTA, dividing
+# TILE_D). D / TILE_V CTAs per TILE_M query rows of one head, side by side in grid.x.
+FORWARD_TILED_HEAD_DIM = KernelFamily(
+    name="forward, head dim tiled",
+    parameters=FORWARD.parameters[:-1] + (Constant("TILE_K"), Constant("TILE_V"))
+    + FORWARD.parameters[-1:],
+    grid=_query_tiles_by_output_slices,
+)
+
+
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                        causal: bool) -> dict:
     """The compile-time parameters every attention kernel takes (the dK/dV and dQ
@@ -114,9 +131,12 @@ def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                       causal: bool, write_lse: bool) -> dict:
-    """The forward family's compile-time parameters for one launch."""
-    return backward_constants(head_dim, tiles, query_group=query_group, causal=causal) | {
-        "WRITE_LSE": write_lse}
+    """The compile-time parameters of one forward launch: the FORWARD family's, and with
+    tiles that tile the head dim (tile_k set) FORWARD_TILED_HEAD_DIM's."""
+    constants = backward_constants(head_dim, tiles, query_group=query_group, causal=causal)
+    if tiles.tile_k is not None:
+        constants |= {"TILE_K": tiles.tile_k, "TILE_V": tiles.tile_v}
+    return constants | {"WRITE_LSE": write_lse}
 
 
 # The backward pass (kernels/backward.py): three kernels, each its own family.

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from ..platforms import HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape, arch_of_capability, entry_for
+from ..platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape,
+                         arch_of_capability, entry_for)
 from ..platforms.environment import CHECK_COMMAND, require_environment
-from .definitions import STEPS, fastest_step
-from .family import FORWARD, forward_constants
+from .definitions import STEPS, fastest_step, steps_for
+from .family import forward_constants
 
 DTYPES = (torch.float16, torch.bfloat16)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid.y (heads) and grid.z (batch)
@@ -123,9 +124,9 @@ def _check_shapes(q, k, v, n: Names) -> None:
         raise ValueError(f"{n.q}'s head count must be a multiple of {n.k}'s and {n.v}'s "
                          f"(grouped-query attention), got {q.shape[1]} and {k.shape[1]}")
     batch, heads, q_len, head_dim = q.shape
-    if head_dim not in HEAD_DIMS:
+    if head_dim not in HEAD_DIMS + LARGE_HEAD_DIMS:
         raise ValueError(f"head dim (last dimension of {n.q}, {n.k}, {n.v}) must be one of "
-                         f"{HEAD_DIMS}, got {head_dim}")
+                         f"{HEAD_DIMS + LARGE_HEAD_DIMS}, got {head_dim}")
     if min(batch, heads, q_len, k.shape[2]) < 1:
         raise ValueError(f"batch, heads and sequence lengths must be at least 1, got "
                          f"{n.q} {tuple(q.shape)}, {n.k} {tuple(k.shape)}")
@@ -158,13 +159,16 @@ def softmax_scale(scale, head_dim: int) -> float:
     return float(scale)
 
 
-def _check_step_and_platform(step, platform) -> None:
+def _check_step_and_platform(step, platform, head_dim: int) -> None:
     if step != FASTEST:
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step must be an int, one of {sorted(STEPS)}, or {FASTEST!r}, "
                             f"got {type(step).__name__}")
         if step not in STEPS:
             raise ValueError(f"step must be one of {sorted(STEPS)} or {FASTEST!r}, got {step!r}")
+        if head_dim not in STEPS[step].head_dims:
+            raise ValueError(f"step {step} runs head dims {STEPS[step].head_dims}; at head dim "
+                             f"{head_dim} the steps are {steps_for(head_dim)}")
     if not (platform is None or isinstance(platform, PlatformEntry) or platform == "default"
             or platform in PLATFORMS):
         raise ValueError(f"platform must be one of {sorted(PLATFORMS)}, 'default', a "
@@ -181,7 +185,7 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     batch, heads, q_len, head_dim = q.shape
     query_offset = causal_query_offset(causal, q_len, k.shape[2])
     scale = softmax_scale(scale, head_dim)
-    _check_step_and_platform(step, platform)
+    _check_step_and_platform(step, platform, head_dim)
     if not isinstance(with_lse, bool):
         raise TypeError(f"with_lse must be a bool, got {type(with_lse).__name__}")
     named = [(names.q, q), (names.k, k), (names.v, v)]
@@ -196,11 +200,12 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     require_environment(q.device.index)
     device_arch = arch_of_capability(*torch.cuda.get_device_capability(q.device))
     entry = platform if isinstance(platform, PlatformEntry) else entry_for(platform or device_arch)
-    if head_dim not in entry.tiles:
-        raise ValueError(f"platform entry {entry.arch} has no tile shape for head dim {head_dim}")
     causal = query_offset is not None
     if step == FASTEST:
         step = fastest_step(entry, head_dim, causal)
+    if not (head_dim in entry.tiles or (head_dim in LARGE_HEAD_DIMS and entry.large_head_dim)
+            or (head_dim, causal) in entry.tuned):
+        raise ValueError(f"platform entry {entry.arch} has no launch for head dim {head_dim}")
     tiles, hints = STEPS[step].launch_config(entry, native=entry is entry_for(device_arch),
                                              head_dim=head_dim, causal=causal)
     kernel = kernel_for(step, hints)
@@ -213,7 +218,8 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
               "query_offset": query_offset or 0,
               **forward_constants(head_dim, tiles, query_group=heads // k.shape[1],
                                   causal=causal, write_lse=with_lse)}
-    return LaunchPlan(kernel, FORWARD.grid(values), FORWARD.arguments(values), out, lse,
+    family = STEPS[step].family
+    return LaunchPlan(kernel, family.grid(values), family.arguments(values), out, lse,
                       entry, tiles, step)
 
 
@@ -233,11 +239,12 @@ def attention(q, k, v, *, causal: bool | str = False, scale: float | None = None
 
     q: (batch, heads, q_len, D); k, v: (batch, kv_heads, k_len, D), kv_heads dividing
     heads (grouped-query attention: query head h reads K/V head h // (heads // kv_heads));
-    float16 or bfloat16 on one CUDA device, last dimension contiguous; D in (64, 128, 256).
+    float16 or bfloat16 on one CUDA device, last dimension contiguous; D 64, 128, 256
+    (steps 1-9) or a multiple of 64 from 320 to 1024 but 832 (steps 10 and 11).
     causal: False; True or "top_left" (query i sees keys 0..i, SDPA's ``is_causal``);
         "bottom_right" (query i sees keys 0..i + k_len - q_len; rows that see no key give 0).
     scale: softmax scale, default 1/sqrt(D).
-    step: which kernel (1 = basic ... 9), or "fastest": the one the autotuner measured
+    step: which kernel (1 = basic ... 11), or "fastest": the one the autotuner measured
         fastest on this GPU's architecture for this head dim, causal or not (default).
     platform: take tile sizes and occupancy from another architecture's table entry
         ("sm_103", ...) or from a PlatformEntry of your own, instead of this GPU's.

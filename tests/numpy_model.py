@@ -4,12 +4,16 @@ Same grid, same loop bounds (num_k_tiles, mask_start), same masking (the causal 
 moved by query_offset) and the same online-softmax updates as the cuTile kernels, in the
 exp form of step 1 and the exp2 form of steps 2-6, with the same epilogue (rows that see
 no key give 0 and log-sum-exp -inf), so its agreement with plain softmax attention
-checks the blocking itself, on any machine.
+checks the blocking itself, on any machine. With tile_k and tile_v it is steps 10-11:
+Q K^T summed over head-dim chunks, and each output slice computed by its own pass over
+the keys, in the kernels' accumulator chunks (output_chunks).
 """
 
 import math
 
 import numpy as np
+
+from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
 
 LOG2_E = 1.0 / math.log(2)
 
@@ -22,12 +26,28 @@ def _load_rows(x: np.ndarray, start: int, rows: int) -> np.ndarray:
     return tile
 
 
-def tiled_attention(q, k, v, *, scale, query_offset, tile_m, tile_n, use_exp2):
+def tiled_attention(q, k, v, *, scale, query_offset, tile_m, tile_n, use_exp2, tile_k=None,
+                    tile_v=None):
     """One (batch, head): q (q_len, D), k and v (k_len, D) -> (out (q_len, D), lse (q_len,)).
-    query_offset: None (not causal), or query i sees keys j <= i + query_offset."""
+    query_offset: None (not causal), or query i sees keys j <= i + query_offset. tile_k,
+    tile_v: the head dim tiled as steps 10-11 do (None: whole)."""
+    head_dim = q.shape[1]
+    tile_k, tile_v = tile_k or head_dim, tile_v or head_dim
+    out, lse = np.full_like(q, np.nan), np.full(len(q), np.nan)
+    for first in range(0, head_dim, tile_v):  # the CTAs of one query tile, a slice each
+        columns = slice(first, first + tile_v)
+        out[:, columns], slice_lse = _slice(q, k, v[:, columns], scale, query_offset, tile_m,
+                                            tile_n, use_exp2, tile_k)
+        if first == 0:  # the first slice writes the log-sum-exp
+            lse = slice_lse
+    return out, lse
+
+
+def _slice(q, k, v, scale, query_offset, tile_m, tile_n, use_exp2, tile_k):
+    """One output slice (v's columns) of every query tile."""
     q_len, k_len = len(q), len(k)
     causal = query_offset is not None
-    out, lse = np.full_like(q, np.nan), np.full(q_len, np.nan)
+    out, lse = np.full((q_len, v.shape[1]), np.nan), np.full(q_len, np.nan)
     for q_tile in range(math.ceil(q_len / tile_m)):  # one CTA each
         last_key = q_tile * tile_m + (query_offset or 0) + np.arange(tile_m)[:, None]
         if causal:
@@ -38,10 +58,12 @@ def tiled_attention(q, k, v, *, scale, query_offset, tile_m, tile_n, use_exp2):
             mask_start = k_len // tile_n
         m_i = np.full((tile_m, 1), -np.inf)
         l_i = np.zeros((tile_m, 1))
-        acc = np.zeros((tile_m, q.shape[1]))
+        accs = [np.zeros((tile_m, width)) for _, width in output_chunks(v.shape[1])]
         q_blk = _load_rows(q, q_tile * tile_m, tile_m)
         for j in range(num_k_tiles):
-            qk = q_blk @ _load_rows(k, j * tile_n, tile_n).T
+            k_blk = _load_rows(k, j * tile_n, tile_n)
+            qk = sum(q_blk[:, d:d + tile_k] @ k_blk[:, d:d + tile_k].T
+                     for d in range(0, q.shape[1], tile_k))
             if not use_exp2:
                 qk = qk * scale
             if j >= mask_start:
@@ -63,10 +85,11 @@ def tiled_attention(q, k, v, *, scale, query_offset, tile_m, tile_n, use_exp2):
                     alpha = np.exp(m_i - m_ij)
             l_i = l_i * alpha + p.sum(axis=-1, keepdims=True)
             v_blk = np.nan_to_num(_load_rows(v, j * tile_n, tile_n), nan=0.0)  # zero padding
-            acc = acc * alpha + p @ v_blk
+            accs = [acc * alpha + p @ v_blk[:, offset:offset + width]
+                     for acc, (offset, width) in zip(accs, output_chunks(v.shape[1]))]
             m_i = m_ij
         with np.errstate(invalid="ignore", divide="ignore"):
-            tile_out = acc / l_i
+            tile_out = np.concatenate(accs, axis=1) / l_i
             tile_lse = m_i + np.log2(l_i) if use_exp2 else m_i + np.log(l_i)
         if use_exp2:
             tile_lse = tile_lse * math.log(2)

@@ -5,14 +5,15 @@ tuned launches), as the launcher would launch it there. Hopper (sm_90), the arch
 we measure on, gets every step over the full grid of head dims, dtypes and causal or not,
 and the covering cases' grouped-query and log-sum-exp variants. The others get every step
 once, at one of three covering cases in turn, which together cover every head dim, both
-dtypes, causal and not, grouped-query heads and the log-sum-exp variant. The backward's
+dtypes, causal and not, grouped-query heads and the log-sum-exp variant; past D=256 they
+get step 10 or step 11 in turn, at one of three head dims (sm_90: both, at all three). The backward's
 kernels compile at their launches for every head dim on sm_90 and one head dim elsewhere.
 """
 
 import pytest
 
 from cutile_fmha.kernels import backward as backward_kernels
-from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, PLATFORMS, entry_for
+from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, entry_for
 from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps import compile as compile_module
@@ -29,14 +30,24 @@ COVERING_CASES = [(64, "float16", True, False, 1), (128, "bfloat16", False, True
                   (256, "bfloat16", True, True, 8)]
 FULL_GRID = [(d, t, c, False, 1) for d in HEAD_DIMS for t in ("float16", "bfloat16")
              for c in (False, True)]
+# Steps 10-11 (head dim tiled): one output slice per query tile, two, and two with the
+# query tile's chunks in two widths (384 = 256 + 128). sm_90 compiles every head dim at
+# its tuned launches in test_machine_code.py.
+LARGE_COVERING_CASES = [(320, "float16", True, False, 1), (768, "bfloat16", False, True, 4),
+                        (1024, "bfloat16", True, True, 8)]
 
 
 def _cases():
-    for arch in sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH]:
+    for arch_index, arch in enumerate(sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH]):
         for step in sorted(STEPS):
-            combos = [COVERING_CASES[step % len(COVERING_CASES)]]
+            large = STEPS[step].head_dims == LARGE_HEAD_DIMS
+            covering = LARGE_COVERING_CASES if large else COVERING_CASES
+            combos = [covering[(step + arch_index) % len(covering)]]
             if arch == FULL_GRID_ARCH:
-                combos = FULL_GRID + [case for case in COVERING_CASES if case[3]]
+                combos = covering if large else \
+                    FULL_GRID + [case for case in COVERING_CASES if case[3]]
+            elif large and step % 2 != arch_index % 2:
+                continue  # one of steps 10 and 11 per architecture, in turn
             for head_dim, dtype, causal, write_lse, group in combos:
                 yield pytest.param(arch, step, head_dim, dtype, causal, write_lse, group,
                                    id=f"{arch}-step{step}-d{head_dim}-{dtype}-"

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from cutile_fmha import attention, attention_with_lse
+from cutile_fmha.steps.backward import attention_backward
 from cutile_fmha.steps.reference import reference_errors, reference_gradients
 
 
@@ -72,6 +73,12 @@ def test_flags_must_be_bools(argument, value):
         attention(*qkv(), **{argument: value})
 
 
+def test_no_backward_past_head_dim_256():
+    q, k, v, out = (torch.randn(1, 2, 8, 512) for _ in range(4))
+    with pytest.raises(ValueError, match="the backward runs head dims \\(64, 128, 256\\), got 512"):
+        attention_backward(q, k, v, out, torch.zeros(1, 2, 8), out, causal=True)
+
+
 def test_inputs_that_require_grad_are_checked_like_the_others():
     q, k, v = qkv()
     with pytest.raises(TypeError, match="is_causal must be a bool"):
@@ -87,8 +94,10 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 @gpu
 @pytest.mark.parametrize("mask", [None, "is_causal", "upper_left", "lower_right"])
 @pytest.mark.parametrize("q_len,k_len", [(300, 1000), (1000, 300)])
-def test_matches_sdpa(mask, q_len, k_len):
-    q, k, v = qkv(heads=8, kv_heads=2, q_len=q_len, k_len=k_len, head_dim=128, device="cuda")
+@pytest.mark.parametrize("head_dim", [128, 576])  # steps 1-9, and the head dim tiled
+def test_matches_sdpa(mask, q_len, k_len, head_dim):
+    q, k, v = qkv(heads=8, kv_heads=2, q_len=q_len, k_len=k_len, head_dim=head_dim,
+                  device="cuda")
     options = {"is_causal": True} if mask == "is_causal" else {"attn_mask": {
         None: None, "upper_left": causal_upper_left(q_len, k_len),
         "lower_right": causal_lower_right(q_len, k_len)}[mask]}

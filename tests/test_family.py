@@ -1,4 +1,4 @@
-"""The forward family's description agrees with every kernel it describes."""
+"""The forward families' descriptions agree with every kernel they describe."""
 
 import ast
 from pathlib import Path
@@ -8,15 +8,16 @@ import torch
 
 from cutile_fmha.platforms import TileShape
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.family import FORWARD, forward_constants
+from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
+from cutile_fmha.steps.family import FORWARD, FORWARD_TILED_HEAD_DIM, forward_constants
 
 
 @pytest.mark.parametrize("step", sorted(STEPS))
-def test_every_step_takes_the_family_parameters_in_order(step):
+def test_every_step_takes_its_family_parameters_in_order(step):
     module = ast.parse(Path(STEPS[step].source_file).read_text())
     [kernel] = [node for node in module.body
                 if isinstance(node, ast.FunctionDef) and node.name == "fmha"]
-    assert tuple(arg.arg for arg in kernel.args.args) == FORWARD.names
+    assert tuple(arg.arg for arg in kernel.args.args) == STEPS[step].family.names
 
 
 def test_arguments_follow_the_parameter_order_and_refuse_missing_values():
@@ -31,3 +32,23 @@ def test_grid_is_query_tiles_by_heads_by_batch():
     q = torch.empty(3, 5, 1000, 64, device="meta")
     values = {"Q": q, **forward_constants(64, TileShape(64, 128), causal=True, write_lse=False)}
     assert FORWARD.grid(values) == (16, 5, 3)
+
+
+def test_tiled_head_dim_grid_has_a_cta_per_output_slice_of_each_query_tile():
+    q = torch.empty(3, 5, 1000, 1024, device="meta")
+    tiles = TileShape(64, 64, tile_k=64, tile_v=512)
+    values = {"Q": q, **forward_constants(1024, tiles, causal=True, write_lse=True)}
+    assert values["TILE_K"] == 64 and values["TILE_V"] == 512
+    assert FORWARD_TILED_HEAD_DIM.grid(values) == (16 * 2, 5, 3)
+    with pytest.raises(KeyError):  # the plain family does not take TILE_K and TILE_V
+        FORWARD.arguments(values | {name: None for name in FORWARD.names if name not in values})
+
+
+@pytest.mark.parametrize("width", [64, 320, 384, 448, 512, 576, 704, 1024])
+def test_output_chunks_are_powers_of_two_at_offsets_that_are_tile_indices(width):
+    chunks = output_chunks(width)
+    assert sum(chunk for _, chunk in chunks) == width and chunks[0][0] == 0
+    for (offset, chunk), (next_offset, _) in zip(chunks, chunks[1:] + ((width, 0),)):
+        assert chunk & (chunk - 1) == 0 and chunk <= 256
+        assert offset % chunk == 0 and next_offset == offset + chunk
+    assert output_chunks(448) == ((0, 256), (256, 128), (384, 64))

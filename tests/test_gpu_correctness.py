@@ -12,9 +12,11 @@ import itertools
 import pytest
 import torch
 
-from cutile_fmha.assets.measure import Shape, make_inputs, sdpa, within_tolerance
-from cutile_fmha.platforms import PLATFORMS
-from cutile_fmha.steps import STEPS, attention, plan_launch
+from cutile_fmha.assets.measure import (Shape, extra_peak_memory, make_inputs, sdpa,
+                                        within_tolerance)
+from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS
+from cutile_fmha.steps import attention, plan_launch
+from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, steps_for
 from cutile_fmha.steps.launcher import causal_query_offset
 from cutile_fmha.steps.reference import reference_errors
 
@@ -55,11 +57,15 @@ def check_step(step, shape: Shape, seed=0, **launch):
     assert lse_error <= LSE_TOLERANCE, f"step {step}: log-sum-exp off by {lse_error:.2e}"
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+SMALL_STEPS = steps_for(HEAD_DIMS[0])  # steps 1-9, the whole head dim on chip
+LARGE_STEPS = steps_for(LARGE_HEAD_DIMS[0])  # steps 10-11, the head dim tiled
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq_len", [1, 17, 1000, 4097])
-@pytest.mark.parametrize("step", sorted(STEPS))
+@pytest.mark.parametrize("step", SMALL_STEPS)
 def test_step_matches_reference(step, seq_len, causal, dtype, head_dim):
     check_step(step, Shape(2, 3, seq_len, seq_len, head_dim, causal, dtype),
                seed=seq_len * 7 + head_dim)
@@ -69,12 +75,12 @@ def test_step_matches_reference(step, seq_len, causal, dtype, head_dim):
 # and MQA), each causal alignment, fewer and more queries than keys, odd lengths; head dim
 # and dtype rotate so that each step meets every pair of them.
 KV_HEADS = [16, 8, 4, 2, 1]
-HEAD_DIM_AND_DTYPE = list(itertools.product([64, 128, 256], ["float16", "bfloat16"]))
+HEAD_DIM_AND_DTYPE = list(itertools.product(HEAD_DIMS, ["float16", "bfloat16"]))
 GQA_CASES = [
     pytest.param(step, kv_heads, causal, q_len, k_len,
                  *HEAD_DIM_AND_DTYPE[(i + step) % len(HEAD_DIM_AND_DTYPE)],
                  id=f"step{step}-kv{kv_heads}-{causal}-q{q_len}-k{k_len}")
-    for step in sorted(STEPS)
+    for step in SMALL_STEPS
     for i, (kv_heads, causal, (q_len, k_len)) in enumerate(itertools.product(
         KV_HEADS, [False, "top_left", "bottom_right"], [(257, 1001), (1001, 257)]))
 ]
@@ -89,7 +95,7 @@ def test_grouped_query_heads_and_causal_alignment(step, kv_heads, causal, q_len,
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("q_len,k_len", [(17, 1000), (1000, 17), (1, 4097), (4097, 1), (300, 301)])
-@pytest.mark.parametrize("step", sorted(STEPS))
+@pytest.mark.parametrize("step", SMALL_STEPS)
 def test_query_and_key_lengths_differ(step, q_len, k_len, causal):
     check_step(step, Shape(3, 2, q_len, k_len, 128, causal, "bfloat16"), seed=q_len + k_len)
 
@@ -97,7 +103,8 @@ def test_query_and_key_lengths_differ(step, q_len, k_len, causal):
 @pytest.mark.parametrize("platform", sorted(PLATFORMS) + ["default"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_another_architectures_entry_runs_here(platform, head_dim):
-    check_step(max(STEPS), Shape(1, 4, 777, 777, head_dim, True, "float16"), platform=platform)
+    check_step(GUIDE_FINAL_STEP, Shape(1, 4, 777, 777, head_dim, True, "float16"),
+               platform=platform)
 
 
 def test_non_contiguous_heads_layout():
@@ -106,3 +113,52 @@ def test_non_contiguous_heads_layout():
                for _ in range(3))
     out = attention(q, k, v, causal=True)
     assert reference_errors(out, q, k, v, causal=True)[0] < 2e-3
+
+
+# Past D=256 (steps 10 and 11, the head dim tiled): every head dim, causal and not, at this
+# GPU's tuned launch (output slices where the autotuner chose them), dtypes in turn; odd
+# lengths; grouped-query heads with both causal alignments; the rule other GPUs start from.
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", LARGE_HEAD_DIMS)
+@pytest.mark.parametrize("step", LARGE_STEPS)
+def test_large_head_dim_matches_reference(step, head_dim, causal):
+    dtype = ["float16", "bfloat16"][LARGE_HEAD_DIMS.index(head_dim) % 2]
+    check_step(step, Shape(1, 3, 1000, 1000, head_dim, causal, dtype), seed=head_dim + step)
+
+
+@pytest.mark.parametrize("seq_len", [1, 17, 4097])
+@pytest.mark.parametrize("head_dim", [512, 1024])
+def test_large_head_dim_odd_lengths(head_dim, seq_len):
+    check_step("fastest", Shape(1, 2, seq_len, seq_len, head_dim, True, "bfloat16"),
+               seed=seq_len)
+
+
+LARGE_GQA_CASES = [
+    pytest.param(step, kv_heads, causal, q_len, k_len, head_dim,
+                 id=f"step{step}-d{head_dim}-kv{kv_heads}-{causal}-q{q_len}-k{k_len}")
+    for i, (step, kv_heads, causal, (q_len, k_len)) in enumerate(itertools.product(
+        LARGE_STEPS, [4, 1], ["top_left", "bottom_right"], [(257, 1001), (1001, 257)]))
+    for head_dim in [LARGE_HEAD_DIMS[i % len(LARGE_HEAD_DIMS)]]
+]
+
+
+@pytest.mark.parametrize("step,kv_heads,causal,q_len,k_len,head_dim", LARGE_GQA_CASES)
+def test_large_head_dim_grouped_query_heads_and_causal_alignment(step, kv_heads, causal, q_len,
+                                                                 k_len, head_dim):
+    check_step(step, Shape(1, 8, q_len, k_len, head_dim, causal, "float16", kv_heads),
+               seed=q_len + kv_heads)
+
+
+@pytest.mark.parametrize("head_dim", [384, 640, 1024])
+def test_large_head_dim_rule_of_other_architectures_runs_here(head_dim):
+    """The default entry's rule (no tuned launch): step 10, output slices up to 704."""
+    check_step("fastest", Shape(1, 4, 777, 777, head_dim, True, "float16"), platform="default")
+
+
+@pytest.mark.parametrize("head_dim", [512, 1024])
+def test_large_head_dim_extra_memory_is_the_output_alone(head_dim):
+    """O(N) memory: one call allocates its output and nothing that grows with N^2."""
+    q, k, v = make_inputs(Shape(1, 8, 4096, 4096, head_dim, True, "float16"))
+    attention(q, k, v, causal=True)  # compiled and cached before measuring
+    extra = extra_peak_memory(lambda: attention(q, k, v, causal=True))
+    assert extra <= q.numel() * q.element_size() + (1 << 20), f"{extra} bytes"

@@ -1,6 +1,8 @@
 """Every input the launcher refuses, and how it says so. Runs without a GPU: shape and
 dtype checks come before the device check."""
 
+import re
+
 import pytest
 import torch
 
@@ -65,10 +67,11 @@ def test_query_heads_must_be_a_multiple_of_key_value_heads():
         attention(q, k[:, :4], v[:, :4])
 
 
-@pytest.mark.parametrize("head_dim", [32, 96, 512])
+@pytest.mark.parametrize("head_dim", [32, 96, 832, 1088])
 def test_unsupported_head_dim(head_dim):
     q, k, v = qkv((1, 1, 8, head_dim))
-    with pytest.raises(ValueError, match=rf"head dim .* must be one of \(64, 128, 256\), got {head_dim}"):
+    with pytest.raises(ValueError, match=rf"head dim .* must be one of \(64, 128, 256, 320, .*, "
+                                         rf"1024\), got {head_dim}"):
         attention(q, k, v)
 
 
@@ -113,6 +116,15 @@ def test_unknown_step(step):
     q, k, v = qkv()
     with pytest.raises(ValueError, match=rf"step must be one of \{sorted(STEPS)}\ or 'fastest', "
                                          rf"got {step!r}"):
+        attention(q, k, v, step=step)
+
+
+@pytest.mark.parametrize("step,head_dim,steps_there", [(9, 512, [10, 11]),
+                                                       (10, 128, [1, 2, 3, 4, 5, 6, 7, 8, 9])])
+def test_step_that_does_not_run_the_head_dim(step, head_dim, steps_there):
+    q, k, v = qkv((1, 2, 8, head_dim))
+    with pytest.raises(ValueError, match=rf"step {step} runs head dims .*; at head dim "
+                                         rf"{head_dim} the steps are {re.escape(str(steps_there))}"):
         attention(q, k, v, step=step)
 
 

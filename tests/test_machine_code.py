@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from cutile_fmha.kernels import step5_occupancy, step6_approx_div
-from cutile_fmha.platforms import HEAD_DIMS, entry_for
+from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, entry_for
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.compile import compile_step, export_cubin, resource_usage, sass
 from cutile_fmha.steps.definitions import fastest_step, step_of
-from cutile_fmha.steps.family import FORWARD, forward_constants
+from cutile_fmha.steps.family import forward_constants
 
 pytestmark = pytest.mark.skipif(
     find_compiler().path is None or not all(find_cuda_tool(tool)
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS + LARGE_HEAD_DIMS)
 def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim, causal):
     """What the drop-in runs on sm_90: the fastest step at its tuned launch."""
     step = fastest_step(entry_for("sm_90"), head_dim, causal)
@@ -41,6 +41,8 @@ def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim, causal
     # The autotuner times a launch with a few spilled registers (platforms/search_space.py)
     # and keeps it only where it measured faster than every launch without.
     assert stack_bytes <= MAX_STACK_BYTES, f"register spills: {usage}"
+    if head_dim in LARGE_HEAD_DIMS:  # the tuned launches past D=256 spill nothing
+        assert stack_bytes == 0, f"register spills: {usage}"
     if not stack_bytes:
         assert not re.search(r"\b(STL|LDL)\b", code), "local-memory traffic in the SASS"
 
@@ -81,10 +83,14 @@ def kernel_without_lse_code(step: int, folder: Path):
     return module.fmha
 
 
-def sm90_sass(kernel, *, write_lse: bool) -> str:
-    constants = forward_constants(128, entry_for("sm_90").tile_for(128), causal=True,
-                                  write_lse=write_lse)
-    return sass(export_cubin(kernel, FORWARD, dtype="float16", constants=constants,
+def sm90_sass(step: int, kernel, *, write_lse: bool) -> str:
+    """`kernel` (step `step`'s, or a variant of it) at D=128, or past D=256 at D=512, with
+    the step's sm_90 tiles."""
+    head_dim = 128 if 128 in STEPS[step].head_dims else 512
+    tiles, _ = STEPS[step].launch_config(entry_for("sm_90"), native=True, head_dim=head_dim,
+                                         causal=True)
+    constants = forward_constants(head_dim, tiles, causal=True, write_lse=write_lse)
+    return sass(export_cubin(kernel, STEPS[step].family, dtype="float16", constants=constants,
                              arch="sm_90"))
 
 
@@ -92,6 +98,6 @@ def sm90_sass(kernel, *, write_lse: bool) -> str:
 def test_log_sum_exp_costs_nothing_when_off(step, tmp_path):
     """With WRITE_LSE=False the sm_90 machine code is, instruction for instruction, that of
     the same kernel with its log-sum-exp code deleted; with it on, the code changes."""
-    off = sm90_sass(STEPS[step].kernel, write_lse=False)
-    assert off == sm90_sass(kernel_without_lse_code(step, tmp_path), write_lse=False)
-    assert off != sm90_sass(STEPS[step].kernel, write_lse=True)
+    off = sm90_sass(step, STEPS[step].kernel, write_lse=False)
+    assert off == sm90_sass(step, kernel_without_lse_code(step, tmp_path), write_lse=False)
+    assert off != sm90_sass(step, STEPS[step].kernel, write_lse=True)

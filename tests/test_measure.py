@@ -178,7 +178,9 @@ def test_scaling_rounds_alternate_methods_and_keep_the_median(tmp_path, monkeypa
     monkeypatch.setattr(measure, "time_ms", time_ms)
     args = scaling_args(tmp_path, "--seq-lens", "1024", "--causal", "causal", "--rounds", "3",
                         "--steps", "9", "--sdpa-backends", "cudnn")
-    rows = scaling.sweep(args)
+    saved = []
+    rows = scaling.sweep(args, save=lambda rows: saved.append(len(rows)))
+    assert saved == [len(rows)]  # after every point, so a run stopped early keeps it
     assert calls == ["cudnn", "step", "step", "cudnn", "cudnn", "step"]  # rotated rounds
     step = next(r for r in rows if r["step"] == 9)
     assert step["latency_ms"] == 0.6 and step["spread_pct"] == pytest.approx(100 * 0.2 / 0.6)
@@ -189,3 +191,39 @@ def test_rounds_start_one_method_later_each_time():
     assert [measure.rotated("abc", r) for r in range(4)] == [
         list("abc"), list("bca"), list("cab"), list("abc")]
     assert measure.rotated([], 3) == []
+
+
+def head_dim_sweep_rows():
+    """SDPA efficient and steps 10 and 11 at two head dims, causal and not, N=8192."""
+    rows = []
+    for causal in (True, False):
+        for head_dim, ours in ((512, (8.0, 6.0)), (1024, (30.0, 80.0))):
+            point = {"dtype": "float16", "head_dim": head_dim, "heads": 48, "causal": causal,
+                     "seq_len": 8192}
+            point_rows = [point | {"step": 0, "method": "PyTorch SDPA (efficient)",
+                                   "latency_ms": 60.0, "tflops": 110.0, "extra_peak_mib": 97.0}]
+            point_rows += [point | {"step": step, "method": f"step {step}", "latency_ms": ms,
+                                    "tflops": 110.0 * 60.0 / ms, "extra_peak_mib": 96.0}
+                           for step, ms in zip((10, 11), ours)]
+            scaling.add_speedups(point_rows)
+            rows += point_rows
+    return rows
+
+
+def test_head_dim_sweep_reports_ffpas_table_and_plots_against_the_head_dim(tmp_path):
+    pytest.importorskip("matplotlib")
+    args = scaling.parse_args(["--head-dim-sweep", "--head-dims", "512", "1024",
+                               "--output-dir", str(tmp_path)])
+    text = scaling.report(head_dim_sweep_rows(), args, CONTEXT)
+    table = text.split("### float16, causal, N=8192")[1].split("###")[0]
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+             for line in table.strip().splitlines()[2:]}
+    assert cells["PyTorch SDPA (efficient) (TFLOPS)"] == ["110", "110"]
+    assert cells["step 11 (TFLOPS)"] == ["1100", "82"]
+    # The fastest step per head dim: 11 at D=512 (60/6 = 10x), 10 at D=1024 (60/30 = 2x).
+    assert cells["fastest step"] == ["11", "10"]
+    assert cells["fastest step / SDPA efficient"] == ["10.00", "2.00"]
+    assert cells["its extra peak memory (MiB)"] == ["96", "96"]
+    written = sorted(p.name for p in scaling.write_outputs(head_dim_sweep_rows(), args, CONTEXT))
+    assert "tflops_vs_head_dim.png" in written and "speedup_vs_head_dim.png" in written
+    assert "tflops_vs_seq_len.png" not in written

@@ -6,8 +6,8 @@ import re
 import pytest
 
 from cutile_fmha.kernels import step6_approx_div
-from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape,
-                                   TunedLaunch, entry_for, occupancy_by_target,
+from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry,
+                                   TileShape, TunedLaunch, entry_for, occupancy_by_target,
                                    worker_warps_by_target)
 from cutile_fmha.platforms import tuned
 from cutile_fmha.platforms.backward import (BACKWARD_ENTRIES, DEFAULT_BACKWARD,
@@ -34,6 +34,9 @@ def test_entry_is_complete_and_sane(entry):
     assert 1 <= entry.occupancy <= 32
     assert entry.source in SOURCES
     assert entry.note and entry.gpus
+    for head_dim in LARGE_HEAD_DIMS:  # the rule past D=256 gives a launch for every one
+        tiles = entry.large_head_dim_launch(head_dim).tiles
+        assert head_dim % tiles.tile_k == 0 and head_dim % tiles.tile_v == 0
 
 
 @pytest.mark.parametrize("arch", sorted(PLATFORMS))
@@ -91,15 +94,17 @@ def test_worker_warps_by_target_lists_the_architectures_that_set_it():
 
 @pytest.mark.parametrize("path", sorted(tuned.TUNED_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_tuned_files_load_and_name_tuned_steps(path):
-    arch = path.stem
+    arch = path.stem.removesuffix("-large-head-dims")
     assert arch in PLATFORMS, f"{path.name} is for an architecture without an entry"
     loaded = tuned.load_tuned(arch)
     assert loaded["tuned"] == PLATFORMS[arch].tuned and loaded["tuned_note"]
     for (head_dim, causal), launch in loaded["tuned"].items():
-        assert head_dim in HEAD_DIMS and isinstance(causal, bool)
+        assert head_dim in STEPS[launch.step].head_dims and isinstance(causal, bool)
         assert STEPS[launch.step].launch == "tuned"
         for size in (launch.tiles.tile_m, launch.tiles.tile_n):
             assert size >= 16 and size & (size - 1) == 0
+        if head_dim in LARGE_HEAD_DIMS:  # the head dim tiled: chunks and slices divide it
+            assert head_dim % launch.tiles.tile_k == 0 and head_dim % launch.tiles.tile_v == 0
     assert json.loads(path.read_text())["search"], "the search's table is kept with the result"
 
 
@@ -111,10 +116,14 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
     launches = {(128, True): TunedLaunch(9, TileShape(128, 128), 1, 8),
                 (64, False): TunedLaunch(7, TileShape(128, 64), 2, None, 2)}
-    tuned.write_tuned("sm_90", CONTEXT, launches, [{"tflops": 1.0}])
+    large = {(1024, True): TunedLaunch(10, TileShape(64, 64, tile_k=64, tile_v=512), 1, 8)}
+    tuned.write_tuned("sm_90", CONTEXT, launches, [{"tflops": 1.0}], tuned.tuned_path("sm_90"))
+    tuned.write_tuned("sm_90", CONTEXT | {"shape": "B=1 H=48"}, large, [],
+                      tuned.tuned_path("sm_90", large_head_dims=True))
     loaded = tuned.load_tuned("sm_90")
-    assert loaded["tuned"] == launches
+    assert loaded["tuned"] == launches | large
     assert loaded["tuned_note"].startswith("NVIDIA H100 80GB HBM3, 2026-11-22, cuda-tile 1.7.0")
+    assert "B=1 H=48" in loaded["tuned_note"]
     assert launches[(64, False)].hints() == {"occupancy": 2, "num_worker_warps": None,
                                              "num_ctas": 2}
     assert tuned.load_tuned("sm_80") == {}  # never tuned there
@@ -158,3 +167,11 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
     assert "H100" in backward_entry_for("sm_90").provenance
     assert backward_entry_for("sm_103") is DEFAULT_BACKWARD
     assert DEFAULT_BACKWARD.provenance.startswith("unmeasured")
+
+
+@pytest.mark.parametrize("head_dim,slice_width", [(320, 320), (704, 704), (768, 384),
+                                                  (960, 320), (1024, 512)])
+def test_large_head_dim_rule_takes_the_widest_slice_that_divides(head_dim, slice_width):
+    launch = DEFAULT.large_head_dim_launch(head_dim)
+    assert launch.tiles.tile_v == slice_width and launch.step == 10
+    assert fastest_step(DEFAULT, head_dim, causal=True) == 10

@@ -71,9 +71,21 @@ def test_autotune_defaults_and_options():
         autotune.parse_args(["--head-dim", "96"])
 
 
+def test_autotune_past_head_dim_256_searches_steps_10_and_11_at_ffpas_shape(capsys):
+    args = autotune.parse_args(["--head-dim", "512", "1024"])
+    assert args.large_head_dims and (args.batch, args.heads) == (1, 48)
+    launches = autotune.candidates("sm_90", 1024)
+    assert {launch.step for launch in launches} == {10, 11}
+    assert {launch.tiles.tile_v for launch in launches} == {256, 512, 1024}
+    with pytest.raises(SystemExit):  # the two groups go to separate files
+        autotune.parse_args(["--head-dim", "256", "512"])
+    assert "separate runs" in capsys.readouterr().err
+
+
 def test_autotune_tunes_the_tuned_steps():
     assert autotune.TUNED_STEPS == [n for n, step in sorted(STEPS.items()) if step.launch == "tuned"]
     assert max(STEPS) in autotune.TUNED_STEPS
+    assert {launch.step for launch in autotune.candidates("sm_90", 128)} == {7, 8, 9}
 
 
 def test_scaling_defaults():
@@ -83,6 +95,15 @@ def test_scaling_defaults():
     assert args.causal == "both" and args.iterations == 100
     assert args.sdpa_backends == ["flash", "cudnn", "efficient"]
     assert str(args.output_dir).startswith("results/scaling-")
+
+
+def test_scaling_head_dim_sweep_defaults_to_ffpas_table():
+    args = scaling.parse_args(["--head-dim-sweep"])
+    assert args.head_dims == [320, 384, 448, 512, 576, 640, 768, 1024]
+    assert (args.batch, args.heads, args.seq_lens) == (1, 48, [8192])
+    assert args.sdpa_backends == ["efficient"] and args.steps == [10, 11]
+    args = scaling.parse_args(["--head-dim-sweep", "--seq-lens", "2048", "16384"])
+    assert args.seq_lens == [2048, 16384] and args.head_dims[0] == 320
 
 
 @pytest.mark.parametrize("argv", [["--seq-lens", "0"], ["--sdpa-backends", "math"],

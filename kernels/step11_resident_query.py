@@ -1,0 +1,129 @@
+"""Step 11: the query tile loaded once, its chunks held on chip for the whole key loop.
+
+Step 10 streams every chunk of Q again for each key tile, so each key tile moves
+TILE_M x D elements of Q from L2 on top of its TILE_N x D of K and TILE_N x TILE_V of V:
+at D=512 with 64x128 tiles a fifth of the bytes, and the L2-to-SM traffic is what bounds
+these kernels. Here the D / TILE_K chunks of the query tile are loaded before the key
+loop and stay on chip (64 x 512 halves are 64 KiB of shared memory), and the chunk loop
+is unrolled at compile time to pick them. That needs shared memory that grows with D: at
+some head dims (640, 704 and past 768 on an H100) the chunks crowd out the K/V pipeline
+and step 10 is faster.
+
+With TILE_K = TILE_V = D (D up to 256) this is step 9.
+"""
+
+import math
+
+import cuda.tile as ct
+
+from ..platforms import occupancy_by_target, worker_warps_by_target
+from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
+from .step10_head_dim_tiling import output_chunks
+
+
+def attend(K, V, q_chunks, accs, m_i, l_i, first_tile, end_tile, batch, kv_head, k_len,
+           last_key, offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_M: ConstInt,
+           TILE_N: ConstInt, TILE_K: ConstInt, TILE_V: ConstInt, CAUSAL: ConstBool,
+           MASKED: ConstBool):
+    """Key tiles first_tile..end_tile-1 into the running (accs, m_i, l_i); with MASKED, past
+    the causal diagonal and the last key are masked. V is this CTA's slice of columns."""
+    for j in range(first_tile, end_tile):
+        qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
+        for chunk in ct.static_iter(range(TILE_D // TILE_K)):
+            k_t = ct.load(K, index=(batch, kv_head, chunk, j), shape=(1, 1, TILE_K, TILE_N),
+                          order=(0, 1, 3, 2), latency=2).reshape((TILE_K, TILE_N))
+            qk = ct.mma(q_chunks[chunk], k_t, qk)
+        if MASKED:
+            offs_n = j * TILE_N + offs_n_in_tile
+            visible = offs_n < k_len
+            if CAUSAL:
+                visible = visible & (last_key >= offs_n)
+            qk = ct.where(visible, qk, -math.inf)
+
+        m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale_log2)
+        p = ct.exp2(qk * qk_scale_log2 - m_ij, flush_to_zero=True)
+        alpha = ct.exp2(m_i - m_ij, flush_to_zero=True)  # rescales the old sums
+        l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
+        p = p.astype(V.dtype)
+
+        updated = ()
+        for index, (offset, width) in ct.static_iter(enumerate(output_chunks(TILE_V))):
+            # Zero padding: rows past the last key must add 0 * 0, not 0 * garbage.
+            v = ct.load(V, index=(batch, kv_head, j, offset // width),
+                        shape=(1, 1, TILE_N, width), padding_mode=ct.PaddingMode.ZERO,
+                        latency=4).reshape((TILE_N, width))
+            updated += (ct.mma(p, v, accs[index] * alpha),)
+        accs = updated
+        m_i = m_ij
+    return accs, m_i, l_i
+
+
+@ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
+def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
+         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+         CAUSAL: ConstBool, TILE_K: ConstInt, TILE_V: ConstInt, WRITE_LSE: ConstBool):
+    slices = TILE_D // TILE_V  # CTAs per query tile, each TILE_V output columns
+    q_tile, out_slice = ct.bid(0) // slices, ct.bid(0) % slices
+    head, batch = ct.bid(1), ct.bid(2)
+    if CAUSAL:
+        q_tile = ct.num_blocks(0) // slices - 1 - q_tile  # longest first
+    kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
+    k_len = K.shape[2]
+    qk_scale_log2 = qk_scale * INV_LOG_2
+    # This CTA's columns of V and of the output, as arrays of their own: its chunks' tile
+    # indices then count from the slice's first column.
+    first_column = out_slice * TILE_V
+    V = V.slice(3, first_column, first_column + TILE_V)
+    Out = Out.slice(3, first_column, first_column + TILE_V)
+
+    # Under the causal mask query row i sees keys j <= i + query_offset: 0 aligns the
+    # diagonal top-left (SDPA's is_causal), k_len - q_len bottom-right (a KV-cache prefill).
+    last_key = (q_tile * TILE_M + query_offset + ct.arange(TILE_M, dtype=ct.int32))[:, None]
+    offs_n_in_tile = ct.arange(TILE_N, dtype=ct.int32)[None, :]
+
+    m_i = ct.full((TILE_M, 1), -math.inf, dtype=ct.float32)
+    l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
+    accs = ()
+    for _, width in ct.static_iter(output_chunks(TILE_V)):
+        accs += (ct.full((TILE_M, width), 0.0, dtype=ct.float32),)
+    q_chunks = ()
+    for chunk in ct.static_iter(range(TILE_D // TILE_K)):
+        q_chunks += (ct.load(Q, index=(batch, head, q_tile, chunk),
+                             shape=(1, 1, TILE_M, TILE_K)).reshape((TILE_M, TILE_K)),)
+
+    # Key tiles from `mask_start` on need a mask: they reach past the causal diagonal
+    # or past the last key. The ones before it run without any mask code.
+    if CAUSAL:
+        num_k_tiles = ct.cdiv(min((q_tile + 1) * TILE_M + query_offset, k_len), TILE_N)
+        mask_start = min((q_tile * TILE_M + query_offset) // TILE_N, k_len // TILE_N)
+    else:
+        num_k_tiles = ct.cdiv(k_len, TILE_N)
+        mask_start = k_len // TILE_N
+
+    accs, m_i, l_i = attend(K, V, q_chunks, accs, m_i, l_i, 0, mask_start, batch, kv_head,
+                            k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_M,
+                            TILE_N, TILE_K, TILE_V, CAUSAL, False)
+    accs, m_i, l_i = attend(K, V, q_chunks, accs, m_i, l_i, max(mask_start, 0), num_k_tiles,
+                            batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2,
+                            TILE_D, TILE_M, TILE_N, TILE_K, TILE_V, CAUSAL, True)
+
+    if CAUSAL:
+        # Rows whose diagonal falls before the first key (bottom-right alignment with more
+        # queries than keys) see no key: their output is 0, not 0/0.
+        sees_a_key = last_key >= 0
+    for index, (offset, width) in ct.static_iter(enumerate(output_chunks(TILE_V))):
+        out = ct.truediv(accs[index], l_i, flush_to_zero=True,
+                         rounding_mode=ct.RoundingMode.APPROX)
+        if CAUSAL:
+            out = ct.where(sees_a_key, out, 0.0)
+        ct.store(Out, index=(batch, head, q_tile, offset // width),
+                 tile=out.reshape((1, 1, TILE_M, width)).astype(Out.dtype))
+    if WRITE_LSE:
+        # Each row's log-sum-exp of its scaled scores, back from base 2 to natural log
+        # (flash-attn's convention; -inf for a row that sees no key). Every slice of the
+        # query tile computed the same sums: the first one writes them.
+        lse = (m_i + ct.log2(l_i)) * LN_2
+        if CAUSAL:
+            lse = ct.where(sees_a_key, lse, -math.inf)
+        if out_slice == 0:
+            ct.store(Lse, index=(batch, head, q_tile), tile=lse.reshape((1, 1, TILE_M)))
