@@ -44,7 +44,6 @@ from cutile_fmha.steps.compile import compile_step, resource_usage
 FINALISTS = 3  # candidates timed again before one is picked
 CONFIRM_ROUNDS = 2
 TUNED_STEPS = [number for number, step in sorted(STEPS.items()) if step.launch == "tuned"]
-# The baseline timed at each point: cuDNN, or past D=256 the one SDPA backend that runs it.
 LARGE_HEAD_DIM_SHAPE = {"batch": 1, "heads": 48}  # FFPA's
 COLUMNS = [Column("head_dim", "D"), Column("causal", "causal"), Column("step", "step"),
            Column("tiles", "tiles"), Column("occupancy", "occupancy"),
@@ -72,7 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--workers", type=measure.positive_int, default=8,
                         help="processes compiling candidates in parallel")
     parser.add_argument("--output", help="where to write the entry (default: "
-                                         "platforms/tuned/<arch>.json)")
+                                         "platforms/tuned/<arch>.json, or past D=256 "
+                                         "<arch>-large-head-dims.json)")
     parser.add_argument("--markdown", metavar="PATH", help="write the search's table as Markdown")
     args = parser.parse_args(argv)
     args.large_head_dims = args.head_dim[0] in LARGE_HEAD_DIMS
@@ -154,6 +154,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
         shape = measure.Shape(args.batch, measure.heads_for(head_dim, args.heads), args.seq_len,
                               args.seq_len, head_dim, causal, args.dtype)
         q, k, v = measure.make_inputs(shape)
+        # The baseline: cuDNN, or past D=256 the one SDPA backend that runs it.
         backend = "efficient" if args.large_head_dims else "cudnn"
         sdpa = measure.tflops(shape.flops, measure.time_ms(
             lambda: measure.sdpa(q, k, v, causal=causal, backend=backend), args.iterations))
@@ -180,8 +181,9 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
             r["median_tflops"] = statistics.median(times)
         fastest = max(finalists, key=lambda r: r["median_tflops"])
         best[(head_dim, causal)] = fastest["launch"]
-        tqdm.write(f"D={head_dim} {'causal' if causal else 'non-causal'}: SDPA {backend} {sdpa:.0f}, "
-                   f"best {describe(fastest['launch'])}: {fastest['median_tflops']:.0f} TFLOPS")
+        tqdm.write(f"D={head_dim} {'causal' if causal else 'non-causal'}: SDPA {backend} "
+                   f"{sdpa:.0f}, best {describe(fastest['launch'])}: "
+                   f"{fastest['median_tflops']:.0f} TFLOPS")
         rows += point_rows
         save(best, rows)
         del q, k, v

@@ -1,6 +1,11 @@
-"""The optimization tutorial: PyTorch SDPA (step 0), then steps 1-6, one idea at a time.
+"""The optimization tutorial: PyTorch SDPA (step 0), then every step, one idea at a time.
 
     python assets/fmha_optimization_tutorial.py --correctness-check
+    python assets/fmha_optimization_tutorial.py --head-dim 512   # steps 10-11 against SDPA
+                                                                 # efficient
+
+Steps 1-9 run head dims 64, 128 and 256, steps 10 and 11 the ones past 256: each run
+shows the steps of its head dim.
 
 Prints, per step: latency, TFLOPS, speedup against step 1, the previous step and each
 SDPA backend measured in the same run, the first launch's time (the compile, unless
@@ -16,6 +21,7 @@ import torch
 
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
+from cutile_fmha.platforms import LARGE_HEAD_DIMS
 from cutile_fmha.steps import attention, plan_launch
 from cutile_fmha.steps.reference import reference_errors
 
@@ -33,15 +39,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=measure.positive_int, default=2048,
                         help="query and key length")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
-    measure.add_run_arguments(parser, sdpa_backends=["flash", "cudnn"],
+    measure.add_run_arguments(parser, sdpa_backends=None,
                               iterations_help="timed runs per step",
-                              sdpa_help="SDPA backends to time as step 0")
+                              sdpa_help="SDPA backends to time as step 0 (default: flash and "
+                                        "cudnn; past D=256, where only it runs, efficient)")
     parser.add_argument("--correctness-check", action="store_true",
                         help="compare every output with a float64 reference")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the results as Markdown")
     args = parser.parse_args(argv)
     measure.check_run_arguments(parser, args)
+    if args.sdpa_backends is None:
+        args.sdpa_backends = ["efficient"] if args.head_dim in LARGE_HEAD_DIMS else \
+            ["flash", "cudnn"]
     return args
 
 

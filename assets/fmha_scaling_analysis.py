@@ -45,7 +45,8 @@ EFFICIENT_METHOD = "PyTorch SDPA (efficient)"
 # --head-dim-sweep: steps 10 and 11 at the head dims past 256 that models use, against SDPA's
 # efficient backend (the only one that runs them on Hopper), at FFPA's shape B=1 H=48.
 HEAD_DIM_SWEEP = {"head_dims": [320, 384, 448, 512, 576, 640, 768, 1024], "batch": 1,
-                  "heads": 48, "seq_lens": [8192], "steps": [10, 11], "sdpa_backends": ["efficient"]}
+                  "heads": 48, "seq_lens": [8192], "steps": [10, 11],
+                  "sdpa_backends": ["efficient"]}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -242,7 +243,8 @@ def head_dim_sweep(rows: list[dict], args, dtype: str, causal: bool,
     for key, what, fmt in (("step", "fastest step", ""),
                            ("vs_efficient", "fastest step / SDPA efficient", ".2f"),
                            ("extra_peak_mib", "its extra peak memory (MiB)", ".0f")):
-        table.append({"what": what} | {f"d{d}": measure.cell(r[key], fmt) for d, r in fastest.items()})
+        table.append({"what": what} | {f"d{d}": measure.cell(r[key], fmt)
+                                       for d, r in fastest.items()})
     return table, [Column("what", "")] + [Column(f"d{d}", f"D={d}") for d in args.head_dims]
 
 

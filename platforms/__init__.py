@@ -9,8 +9,9 @@ import cuda.tile as ct
 from .entry import HEAD_DIMS, LARGE_HEAD_DIMS, PlatformEntry, TileShape, TunedLaunch
 from .table import DEFAULT, PLATFORMS
 
-__all__ = ["HEAD_DIMS", "LARGE_HEAD_DIMS", "PLATFORMS", "DEFAULT", "PlatformEntry", "TileShape", "TunedLaunch",
-           "entry_for", "occupancy_by_target", "worker_warps_by_target", "arch_of_capability"]
+__all__ = ["HEAD_DIMS", "LARGE_HEAD_DIMS", "PLATFORMS", "DEFAULT", "PlatformEntry", "TileShape",
+           "TunedLaunch", "entry_for", "occupancy_by_target", "worker_warps_by_target",
+           "arch_of_capability"]
 
 
 def arch_of_capability(major: int, minor: int) -> str:

@@ -17,8 +17,8 @@ SOURCES = ("guide", "measured", "unmeasured")
 class TileShape:
     tile_m: int  # query rows per CTA
     tile_n: int  # key/value rows per loop iteration
-    # Step 10 only (None: the whole head dim): head-dim columns of Q and K per product of
-    # Q K^T, and output columns per CTA.
+    # Steps 10-11 only (None: the whole head dim): head-dim columns of Q and K per product
+    # of Q K^T, and output columns per CTA.
     tile_k: int | None = None
     tile_v: int | None = None
 
@@ -53,8 +53,8 @@ class PlatformEntry:
     # (head dim, causal) -> the autotuner's result on this architecture (platforms/tuned/).
     tuned: dict[tuple[int, bool], TunedLaunch] = field(default_factory=dict)
     tuned_note: str = ""  # where the tuned launches were measured (device, date, versions)
-    # Step 10's launch past D=256 where the autotuner has not measured one; its tile_v is
-    # the widest output slice one CTA takes (see large_head_dim_launch).
+    # The launch past D=256 (step 10 or 11) where the autotuner has not measured one; its
+    # tile_v is the widest output slice one CTA takes (see large_head_dim_launch).
     large_head_dim: TunedLaunch | None = None
 
     def tile_for(self, head_dim: int) -> TileShape:

@@ -30,8 +30,8 @@ class SearchSpace:
 
 @dataclass(frozen=True)
 class LargeHeadDimSearchSpace:
-    """Step 10's candidates past D=256: every tile shape (tile_m, tile_n, tile_k) with
-    every output slice (tile_v) from `narrowest_slice` up that divides the head dim."""
+    """The candidates of steps 10-11 past D=256: every tile shape (tile_m, tile_n, tile_k)
+    with every output slice (tile_v) from `narrowest_slice` up that divides the head dim."""
     space: SearchSpace
     narrowest_slice: int
 
@@ -64,9 +64,11 @@ def search_space_for(arch: str) -> SearchSpace:
     return SEARCH_SPACES.get(arch, DEFAULT_SEARCH_SPACE)
 
 
-# Past D=256 (step 10), on every architecture: TILE_M 64 (the accumulators of 64 rows by up
-# to about 700 columns already fill the registers), one CTA per SM, eight worker warps.
-# Slices narrower than a quarter of the head dim recompute Q K^T four times and more.
+# Past D=256 (steps 10-11), on every architecture: TILE_M 64 (the accumulators of 64 rows
+# by up to about 700 columns already fill the registers), one CTA per SM, eight worker
+# warps. Narrower slices than 256 columns recompute Q K^T in more CTAs than pays: at
+# D=1024 slices of 256 ran at 150-155 TFLOPS against 193 for 512 on an H100
+# (measurements/sm_90-h100-2026-11-22-large-head-dims.md).
 LARGE_HEAD_DIM_SEARCH_SPACE = LargeHeadDimSearchSpace(
     SearchSpace(tiles=(TileShape(64, 64, tile_k=64), TileShape(64, 128, tile_k=64)),
                 occupancy=(1,), num_worker_warps=(8,), num_ctas=(None,)),

@@ -109,7 +109,7 @@ def main(argv=None) -> int:
                                                     "runs (default: all)")
     parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS),
                         choices=HEAD_DIMS + LARGE_HEAD_DIMS,
-                        help="default 64 128 256; past 256 only step 10 runs")
+                        help="default 64 128 256; past 256 only steps 10-11 run")
     parser.add_argument("--dtype", choices=sorted(CT_DTYPES), default="float16")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--lse", action="store_true",

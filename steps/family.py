@@ -110,7 +110,7 @@ def _query_tiles_by_output_slices(values: dict) -> tuple[int, int, int]:
     return math.ceil(q_len / values["TILE_M"]) * slices, heads, batch
 
 
-# Step 10 (head dim tiled) takes the forward's parameters and, before WRITE_LSE, TILE_K
+# Steps 10-11 (head dim tiled) take the forward's parameters and, before WRITE_LSE, TILE_K
 # (head-dim columns per product of Q K^T) and TILE_V (output columns per CTA, dividing
 # TILE_D). D / TILE_V CTAs per TILE_M query rows of one head, side by side in grid.x.
 FORWARD_TILED_HEAD_DIM = KernelFamily(

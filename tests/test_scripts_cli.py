@@ -26,6 +26,9 @@ def test_tutorial_defaults_are_the_guides_configuration():
     assert measure.heads_for(args.head_dim, args.heads) == 32
     assert args.causal and args.dtype == "float16" and args.steps == sorted(STEPS)
     assert not args.correctness_check and args.platform is None
+    assert args.sdpa_backends == ["flash", "cudnn"]
+    # Past D=256 only SDPA's efficient backend runs: it is the baseline there.
+    assert tutorial.parse_args(["--head-dim", "512"]).sdpa_backends == ["efficient"]
 
 
 def test_tutorial_options():

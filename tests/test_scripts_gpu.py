@@ -30,6 +30,17 @@ def test_tutorial_end_to_end(tmp_path, capsys):
     assert (tmp_path / "t.md").read_text().startswith("# cuTile FMHA optimization tutorial")
 
 
+def test_tutorial_past_head_dim_256_runs_steps_10_and_11_against_sdpa_efficient(tmp_path):
+    status = tutorial.main([*TINY, "--seq-len", "300", "--head-dim", "512",
+                            "--correctness-check", "--json", str(tmp_path / "t.json")])
+    assert status == 0
+    rows = json.loads((tmp_path / "t.json").read_text())["results"]
+    assert [r["optimization"] for r in rows if r["step"] == 0] == ["PyTorch SDPA (efficient)"]
+    steps = [r for r in rows if r["step"] > 0]
+    assert [r["step"] for r in steps] == steps_for(512) == [10, 11]
+    assert all(r["correct"] == "yes" and r["vs_sdpa_efficient"] > 0 for r in steps)
+
+
 def test_tutorial_with_grouped_query_heads(tmp_path, capsys):
     status = tutorial.main(["--batch", "1", "--heads", "4", "--kv-heads", "1", "--iterations", "3",
                             "--seq-len", "300", "--steps", "1", "6", "--correctness-check"])
