@@ -60,6 +60,14 @@ class PlatformEntry:
     def tile_for(self, head_dim: int) -> TileShape:
         return self.tiles[head_dim]
 
+    def tuned_launch(self, head_dim: int, causal: bool) -> TunedLaunch | None:
+        """The autotuner's launch at (head_dim, causal); past D=256 without one, the
+        entry's rule's (large_head_dim_launch); else None."""
+        tuned = self.tuned.get((head_dim, causal))
+        if tuned is None and head_dim in LARGE_HEAD_DIMS and self.large_head_dim:
+            return self.large_head_dim_launch(head_dim)
+        return tuned
+
     def large_head_dim_launch(self, head_dim: int) -> TunedLaunch:
         """Step 10's launch at `head_dim` from the entry's rule: its tiles and hints, and
         as output slice the widest multiple of 64 that divides `head_dim` and is at most

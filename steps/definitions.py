@@ -17,7 +17,7 @@ from .family import FORWARD, FORWARD_TILED_HEAD_DIM, KernelFamily
 #            table; so running with another architecture's entry must bring its occupancy.
 #   "tuned": per head dim and causal or not, the tiles and hints the autotuner measured
 #            fastest on this architecture (platforms/tuned/); without them, as "table",
-#            or past D=256 the entry's rule for step 10 (large_head_dim_launch).
+#            or past D=256 the entry's rule (PlatformEntry.tuned_launch).
 LaunchSource = Literal["guide", "table", "tuned"]
 
 
@@ -43,9 +43,7 @@ class Step:
         """(tiles, hints) for one launch with `entry`: hints to replace on the kernel, or
         None to run it as decorated. `native`: `entry` is the one of the architecture the
         kernel is compiled for, whose values the kernel's ByTarget hints already hold."""
-        tuned = entry.tuned.get((head_dim, causal)) if self.launch == "tuned" else None
-        if tuned is None and head_dim not in HEAD_DIMS:
-            tuned = entry.large_head_dim_launch(head_dim)
+        tuned = entry.tuned_launch(head_dim, causal) if self.launch == "tuned" else None
         if tuned is not None:
             return tuned.tiles, tuned.hints()
         if self.launch == "guide" or native:
@@ -92,9 +90,7 @@ def steps_for(head_dim: int) -> list[int]:
 
 
 def fastest_step(entry: PlatformEntry, head_dim: int, causal: bool) -> int:
-    """The step the autotuner measured fastest with `entry`, else the guide's last step
-    (past D=256, the step of the entry's rule)."""
-    tuned = entry.tuned.get((head_dim, causal))
-    if tuned is not None:
-        return tuned.step
-    return GUIDE_FINAL_STEP if head_dim in HEAD_DIMS else entry.large_head_dim.step
+    """The step the autotuner measured fastest with `entry` (past D=256 without one, the
+    step of the entry's rule), else the guide's last step."""
+    tuned = entry.tuned_launch(head_dim, causal)
+    return tuned.step if tuned is not None else GUIDE_FINAL_STEP

@@ -203,8 +203,7 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     causal = query_offset is not None
     if step == FASTEST:
         step = fastest_step(entry, head_dim, causal)
-    if not (head_dim in entry.tiles or (head_dim in LARGE_HEAD_DIMS and entry.large_head_dim)
-            or (head_dim, causal) in entry.tuned):
+    if head_dim not in entry.tiles and entry.tuned_launch(head_dim, causal) is None:
         raise ValueError(f"platform entry {entry.arch} has no launch for head dim {head_dim}")
     tiles, hints = STEPS[step].launch_config(entry, native=entry is entry_for(device_arch),
                                              head_dim=head_dim, causal=causal)
