@@ -66,9 +66,9 @@ def search_space_for(arch: str) -> SearchSpace:
 
 # Past D=256 (steps 10-11), on every architecture: TILE_M 64 (the accumulators of 64 rows
 # by up to about 700 columns already fill the registers), one CTA per SM, eight worker
-# warps. Narrower slices than 256 columns recompute Q K^T in more CTAs than pays: at
-# D=1024 slices of 256 ran at 150-155 TFLOPS against 193 for 512 on an H100
-# (measurements/sm_90-h100-2026-11-22-large-head-dims.md).
+# warps (four ran 3-40% slower from D=768 on). Narrower slices than 256 columns recompute
+# Q K^T in more CTAs than pays: at D=1024 slices of 256 ran at 150-155 TFLOPS against 193
+# for 512 on an H100 (measurements/sm_90-h100-2026-11-22-large-head-dims.md).
 LARGE_HEAD_DIM_SEARCH_SPACE = LargeHeadDimSearchSpace(
     SearchSpace(tiles=(TileShape(64, 64, tile_k=64), TileShape(64, 128, tile_k=64)),
                 occupancy=(1,), num_worker_warps=(8,), num_ctas=(None,)),
