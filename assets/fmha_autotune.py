@@ -38,7 +38,7 @@ from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (LARGE_HEAD_DIM_SEARCH_SPACE, MAX_STACK_BYTES,
                                                 search_space_for)
 from cutile_fmha.platforms.tuned import tuned_path, write_tuned
-from cutile_fmha.steps import STEPS, plan_launch
+from cutile_fmha.steps import STEPS, plan_launch, steps_for
 from cutile_fmha.steps.compile import compile_step, resource_usage
 
 FINALISTS = 3  # candidates timed again before one is picked
@@ -130,7 +130,7 @@ def describe(launch: TunedLaunch) -> str:
 def candidates(arch: str, head_dim: int) -> list[TunedLaunch]:
     """Every launch to time at `head_dim`: each candidate of the search space with the
     tuned steps that run this head dim side by side, so that they meet the same clocks."""
-    steps = [s for s in TUNED_STEPS if head_dim in STEPS[s].head_dims]
+    steps = steps_for(head_dim, TUNED_STEPS)
     if head_dim in LARGE_HEAD_DIMS:
         launches = LARGE_HEAD_DIM_SEARCH_SPACE.launches(steps[0], head_dim)
     else:
@@ -192,7 +192,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
 
 
 def describe_tiles(tiles) -> str:
-    """"128x64", or for step 10's tiles "64x128, chunk 64, slice 512"."""
+    """"128x64", or for steps 10-11's tiles "64x128, chunk 64, slice 512"."""
     text = f"{tiles.tile_m}x{tiles.tile_n}"
     return text + (f", chunk {tiles.tile_k}, slice {tiles.tile_v}" if tiles.tile_k else "")
 

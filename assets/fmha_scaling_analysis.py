@@ -26,6 +26,7 @@ from tqdm import tqdm
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.measure import Column
 from cutile_fmha.platforms import arch_of_capability, entry_for
+from cutile_fmha.steps import steps_for
 
 MIB = 1 << 20
 CAUSAL_MODES = {"causal": [True], "non-causal": [False], "both": [True, False]}
@@ -108,7 +109,7 @@ def sweep(args, save=lambda rows: None) -> list[dict]:
     rows = []
     # Per point: each step that runs its head dim and each backend, every round; and
     # the math backend's memory.
-    total = sum((len(measure.steps_running(args.steps, shape.head_dim))
+    total = sum((len(steps_for(shape.head_dim, args.steps))
                  + len(args.sdpa_backends)) * args.rounds + 1 for shape in shapes)
     with tqdm(total=total, unit="run") as progress:
         for shape in shapes:

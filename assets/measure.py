@@ -24,7 +24,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, arch_of_capability
 from ..platforms.environment import check, find_compiler
-from ..steps import STEPS, attention
+from ..steps import STEPS, attention, steps_for
 
 # The SDPA backends we compare against, by the names the tables use.
 SDPA_BACKENDS = {
@@ -121,11 +121,6 @@ class Method:
     backend: str | None = None  # the SDPA backend, for step 0
 
 
-def steps_running(steps, head_dim: int) -> list[int]:
-    """Those of `steps` that run `head_dim` (steps 1-9 up to 256, step 10 past it)."""
-    return [step for step in steps if head_dim in STEPS[step].head_dims]
-
-
 def methods(q, k, v, *, causal: bool | str, steps, sdpa_backends, platform=None) -> list[Method]:
     """The SDPA backends that run these inputs here, then those of the chosen steps that
     run this head dim."""
@@ -136,7 +131,7 @@ def methods(q, k, v, *, causal: bool | str, steps, sdpa_backends, platform=None)
     return found + [Method(step, STEPS[step].name,
                            functools.partial(attention, q, k, v, causal=causal, step=step,
                                              platform=platform))
-                    for step in steps_running(steps, q.shape[-1])]
+                    for step in steps_for(q.shape[-1], steps)]
 
 
 def _time_with_events(fn, iterations: int) -> float:

@@ -1,7 +1,7 @@
 """The autotuner's results: JSON files per architecture in platforms/tuned/.
 
 ``python assets/fmha_autotune.py`` writes ``tuned/<arch>.json`` (head dims 64-256) and
-``tuned/<arch>-large-head-dims.json`` (step 10, past 256) on a GPU of that architecture:
+``tuned/<arch>-large-head-dims.json`` (steps 10-11, past 256) on a GPU of that architecture:
 where and with what it measured, the fastest launch per head dim and causal or not (the
 step, its tiles and compiler hints), and the whole search table. The platform table reads
 them, so the launcher runs the tuned steps at those tiles and hints and the drop-in runs
@@ -17,7 +17,7 @@ TUNED_DIR = Path(__file__).with_name("tuned")
 CONTEXT_KEYS = ("gpu", "date", "cuda_tile", "tileiras", "torch", "shape")
 LAUNCH_KEYS = ("head_dim", "causal", "step", "tile_m", "tile_n", "occupancy",
                "num_worker_warps", "num_ctas")
-TILED_HEAD_DIM_KEYS = ("tile_k", "tile_v")  # step 10's launches also have these
+TILED_HEAD_DIM_KEYS = ("tile_k", "tile_v")  # steps 10-11's launches also have these
 
 
 def tuned_path(arch: str, large_head_dims: bool = False) -> Path:

@@ -6,8 +6,8 @@
     plan = plan_launch(q, k, v, causal="bottom_right", with_lse=True)  # plan.lse after launch()
 """
 
-from .definitions import FINAL_STEP, STEPS, Step
+from .definitions import FINAL_STEP, STEPS, Step, steps_for
 from .launcher import CAUSAL_ALIGNMENTS, FASTEST, LaunchPlan, attention, plan_launch
 
-__all__ = ["FINAL_STEP", "STEPS", "Step", "CAUSAL_ALIGNMENTS", "FASTEST", "LaunchPlan",
-           "attention", "plan_launch"]
+__all__ = ["FINAL_STEP", "STEPS", "Step", "steps_for", "CAUSAL_ALIGNMENTS", "FASTEST",
+           "LaunchPlan", "attention", "plan_launch"]

@@ -23,7 +23,7 @@ from cuda.tile.compilation import export_kernel
 
 from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
-from .definitions import STEPS
+from .definitions import STEPS, steps_for
 from ..platforms.backward import backward_entry_for
 from .backward import BACKWARD_FAMILIES, backward_kernel
 from .family import KernelFamily, backward_constants, forward_constants
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
             print(f"{arch}: {problem}")
             continue
         for head_dim in args.head_dim:
-            for step in (s for s in args.steps if head_dim in STEPS[s].head_dims):
+            for step in steps_for(head_dim, args.steps):
                 start = time.perf_counter()
                 try:
                     cubin = compile_step(step, arch, dtype=args.dtype, head_dim=head_dim,

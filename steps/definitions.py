@@ -84,9 +84,10 @@ def step_of(module) -> Step:
 GUIDE_FINAL_STEP = step_of(step6_approx_div).number
 
 
-def steps_for(head_dim: int) -> list[int]:
-    """The steps that run at `head_dim`, in order."""
-    return [number for number, step in sorted(STEPS.items()) if head_dim in step.head_dims]
+def steps_for(head_dim: int, among=None) -> list[int]:
+    """The steps that run at `head_dim`: those of `among`, in its order, or every one."""
+    return [number for number in (sorted(STEPS) if among is None else among)
+            if head_dim in STEPS[number].head_dims]
 
 
 def fastest_step(entry: PlatformEntry, head_dim: int, causal: bool) -> int:
