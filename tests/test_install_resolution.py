@@ -1,13 +1,22 @@
 """The README's install command, resolved today as a new user's pip resolves it.
 
 A dry run (`pip install --dry-run --report`, nothing of torch's gigabytes downloaded) in a
-fresh virtual environment, with pip's configuration ignored (`--isolated`: no local wheel
-folders, no CPU build of torch), so pip weighs the newest CUDA build of torch against the
-compiler packages. torch pins its CUDA toolkit (2.15 pins 13.2, whose tileiras has no
-sm_90 target), so this fails the day a torch release or a CUDA wheel makes the install
-resolve to a compiler that cannot build for Hopper, or for any architecture in the
-platform tables. The resolved tileiras wheel itself (about 40 MB) is fetched and asked
-which architectures it builds for.
+fresh virtual environment, with nothing of this machine's pip set-up, for every pip call
+made here:
+- no configuration file at all, global, user or site. `PIP_CONFIG_FILE` is the null device,
+  the one switch pip honours for all three: `--isolated` alone skips the user's file but
+  still reads the global one (/etc/pip.conf, /etc/xdg/pip/pip.conf), which may carry a
+  constraint capping torch below its newest release;
+- no `PIP_*` variable from this environment (and `--isolated` on top).
+So pip sees no local wheel folder, no CPU build of torch and no cap, as on a new user's
+machine, and weighs the newest CUDA build of torch against the compiler packages; a test
+checks that pip, run this way, reports no configuration.
+
+torch pins its CUDA toolkit (2.15 pins 13.2, whose tileiras has no sm_90 target), so this
+fails the day a torch release, a CUDA wheel or one of our own pins makes the install
+backtrack torch or resolve to a compiler that cannot build for Hopper, or for any
+architecture in the platform tables. The resolved tileiras wheel itself (about 40 MB) is
+fetched and asked which architectures it builds for.
 
 Needs the package index; without it (and outside CI) the test skips.
 """
@@ -48,10 +57,19 @@ def _index_reachable() -> bool:
         return False
 
 
+def _new_users_environment() -> dict[str, str]:
+    """This process's environment less every PIP_* variable, with all pip configuration
+    files switched off."""
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.upper().startswith("PIP_")}
+    return environment | {"PIP_CONFIG_FILE": os.devnull}
+
+
 def _pip(venv: Path, *args: str, cwd=ROOT) -> str:
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--isolated",
                            "--disable-pip-version-check", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+                          cwd=cwd, env=_new_users_environment(), capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, f"pip {' '.join(args)} failed:\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -77,6 +95,12 @@ def resolution(tmp_path_factory):
     requires = {item["metadata"]["name"].lower(): item["metadata"].get("requires_dist", [])
                 for item in installs}
     return versions, requires, venv, folder
+
+
+def test_pip_runs_with_no_configuration(resolution):
+    """Neither a file (a cap on torch, a local wheel folder) nor a variable reaches pip."""
+    _, _, venv, _ = resolution
+    assert _pip(venv, "config", "list").strip() == ""
 
 
 def test_readme_install_line_is_the_editable_project_with_plots():
