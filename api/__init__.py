@@ -1,19 +1,24 @@
 """cuTile FMHA: fused multi-head attention in NVIDIA cuTile.
 
-    from cutile_fmha import attention
+    from cutile_fmha import attention, attention_varlen
     out = attention(query, key, value, is_causal=True)      # as F.scaled_dot_product_attention
+    out = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, is_causal=True)
 
-See ``cutile_fmha.dropin`` for ``attention`` and ``attention_with_lse``, and
-``cutile_fmha.steps`` for the tutorial's steps and the planning API.
+See ``cutile_fmha.dropin`` for ``attention`` and ``attention_with_lse``,
+``cutile_fmha.varlen`` for ``attention_varlen`` (packed sequences of different lengths, as
+flash-attn's ``flash_attn_varlen_func``), and ``cutile_fmha.steps`` for the tutorial's
+steps and the planning API.
 """
 
-__all__ = ["attention", "attention_with_lse"]
+_MODULE_OF = {"attention": "dropin", "attention_with_lse": "dropin",
+              "attention_varlen": "varlen"}
+__all__ = list(_MODULE_OF)
 
 
 def __getattr__(name):
     # Imported on first use: `python -m cutile_fmha.platforms.environment` must not load
     # the kernels (and cuda.tile, torch) before it checks that they can load.
-    if name in __all__:
-        from . import dropin
-        return getattr(dropin, name)
+    if name in _MODULE_OF:
+        import importlib
+        return getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
     raise AttributeError(f"module 'cutile_fmha' has no attribute {name!r}")

@@ -6,29 +6,48 @@
 
 It honours what transformers passes: ``scaling``, the layer's causality, grouped-query
 heads (K/V go to the kernels as they are, with no ``repeat_kv`` copy) and the attention
-mask. The kernels compute the causal mask themselves, so the mask may only say what they
-can: nothing, or causal with the diagonal aligned to the last key (prefill, and a prefill
-after cached keys). A mask that hides anything else, padding for instance, raises a
-``ValueError`` rather than being ignored. transformers is an optional dependency
-(``pip install -e ".[transformers]"``).
+mask, in the forms flash-attention backends take it:
+- no padding: no mask, and the dense kernel (causal aligned to the last key);
+- padded batches (left or right padding, prefill or decoding, with a DynamicCache or a
+  StaticCache): the 2-D padding mask, which ``padding_mask`` (registered with
+  AttentionMaskInterface) hands over instead of a 4-D one. Each sequence's first and last
+  token come from it on the device, once per forward, and the variable-length kernel runs
+  the padded tensors in place: no unpadding copy, no host synchronisation per layer;
+- packed batches (padding-free training): ``cu_seq_lens_q/k`` and ``max_length_q/k`` when
+  transformers passes them (DataCollatorWithFlattening), else positions that restart at 0
+  in ``position_ids``.
+Anything else (sliding windows, chunked attention, masks that open more than causal, a
+custom 4-D mask, a padding mask with holes) raises a ``ValueError`` rather than being
+ignored. transformers is an optional dependency (``pip install -e ".[transformers]"``).
 """
 
 import torch
 from torch.nn.attention.bias import causal_lower_right
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .dropin import attention
+from .steps.varlen import SequenceBounds
+from .varlen import packed_attention
 
 NAME = "cutile_fmha"
 # transformers' own implementations: never replaced.
 RESERVED_NAMES = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
                   "flex_attention", "paged_attention")
 UNSUPPORTED_OPTIONS = ("softcap", "sliding_window", "position_bias", "s_aux")
+SUPPORTED_MASKS = "causal or bidirectional attention with a padding mask, or packed sequences"
+# transformers' mask functions (masking_utils) this backend computes itself: causal and
+# bidirectional attention, and the two parts of packed sequences' mask (each sequence on
+# its own, positions restarting), combined by and_masks.
+_MASK_PARTS_HANDLED = frozenset((
+    "causal_mask_function", "bidirectional_mask_function", "and_masks.<locals>.and_mask",
+    "packed_sequence_mask_function.<locals>.inner_mask",
+    "remap_positions_for_packed_sequence.<locals>.inner_mask"))
 
 
 def register(name: str = NAME) -> str:
-    """Registers the backend under `name` with transformers' AttentionInterface (and its
-    mask with AttentionMaskInterface, as SDPA's: no mask when causal is enough); returns
-    the name to pass as ``attn_implementation``."""
+    """Registers the backend under `name` with transformers' AttentionInterface, and
+    ``padding_mask`` with its AttentionMaskInterface; returns the name to pass as
+    ``attn_implementation``."""
     from transformers import AttentionInterface
 
     if not isinstance(name, str) or not name:
@@ -38,11 +57,100 @@ def register(name: str = NAME) -> str:
                          f"implementations {RESERVED_NAMES}: choose another")
     AttentionInterface.register(name, attention_forward)
     try:
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        from transformers.masking_utils import AttentionMaskInterface
     except ImportError:  # older transformers: masks are made per implementation type
         return name
-    AttentionMaskInterface.register(name, sdpa_mask)
+    AttentionMaskInterface.register(name, padding_mask)
     return name
+
+
+def _mask_parts(mask_function) -> set[str]:
+    """The qualified names of `mask_function` and of the mask functions it combines."""
+    parts, stack = set(), [mask_function]
+    while stack:
+        function = stack.pop()
+        parts.add(function.__qualname__)
+        for cell in function.__closure__ or ():
+            contents = cell.cell_contents
+            stack += [f for f in (contents if isinstance(contents, tuple) else (contents,))
+                      if callable(f) and hasattr(f, "__qualname__")]
+    return parts
+
+
+def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset: int = 0,
+                 mask_function=None, attention_mask: torch.Tensor | None = None, **kwargs):
+    """transformers' mask, as this backend takes it: None where there is no padding, else
+    the 2-D boolean padding mask (batch, tokens seen), True on real tokens, as
+    flash-attention backends take it. Checks, with one look at the device per forward
+    (not per layer), that each row's real tokens are one run (left or right padding).
+    Raises ValueError for what the kernels do not compute (see SUPPORTED_MASKS)."""
+    if mask_function is not None:
+        unhandled = _mask_parts(mask_function) - _MASK_PARTS_HANDLED
+        if unhandled:
+            raise ValueError(f"cuTile FMHA supports {SUPPORTED_MASKS}; this model's mask also "
+                             f"uses {sorted(unhandled)} (a sliding window, chunks or an "
+                             f"overlay): use another attn_implementation for it")
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 2:
+        raise ValueError(f"cuTile FMHA takes transformers' 2-D padding mask, got a mask of "
+                         f"shape {tuple(attention_mask.shape)}")
+    # As flash-attention's: the last kv_length tokens; a StaticCache's mask may be shorter
+    # than its kv_length (the cache's unused slots are not in it).
+    attention_mask = attention_mask[:, -kv_length:].bool()
+    starts_of_runs = attention_mask[:, :1].sum(-1) + \
+        (attention_mask[:, 1:] & ~attention_mask[:, :-1]).sum(-1)
+    holes, padded = torch.stack([(starts_of_runs > 1).any(), (~attention_mask).any()]).tolist()
+    if holes:
+        raise ValueError("attention_mask has padding between real tokens: cuTile FMHA supports "
+                         f"{SUPPORTED_MASKS} (left or right padding)")
+    return attention_mask if padded or attention_mask.shape[1] < kv_length else None
+
+
+# Sequence bounds per padding mask and query length: the mask is made once per forward and
+# handed to every layer, so the bounds are computed once too.
+_BOUNDS_OF_MASK = WeakIdKeyDictionary()
+
+
+def bounds_of_padding(mask: torch.Tensor, q_len: int) -> SequenceBounds:
+    """Each row's real tokens (one run: `padding_mask` checked) as sequence bounds: keys are
+    the mask's columns, queries the last q_len of them."""
+    cached = _BOUNDS_OF_MASK.get(mask, {}) if not torch.compiler.is_compiling() else {}
+    if q_len in cached:
+        return cached[q_len]
+    counts = mask.sum(-1, dtype=torch.int32)
+    key_starts = mask.int().argmax(-1).to(torch.int32)
+    key_starts = torch.where(counts > 0, key_starts, 0)
+    key_ends = key_starts + counts
+    before_queries = mask.shape[1] - q_len  # mask columns before the first query's
+    bounds = SequenceBounds((key_starts - before_queries).clamp(0, q_len),
+                            (key_ends - before_queries).clamp(0, q_len), key_starts, key_ends)
+    if not torch.compiler.is_compiling():
+        _BOUNDS_OF_MASK.setdefault(mask, {})[q_len] = bounds
+    return bounds
+
+
+_PACKED_OF_POSITIONS = WeakIdKeyDictionary()
+
+
+def packed_sequences_of_positions(position_ids: torch.Tensor | None, q_len: int):
+    """(cu_seqlens int32, longest) of one batch row of sequences packed end to end, found
+    where positions do not go up by one (transformers' rule); None for one sequence per
+    row. Looks at the device once per forward (cached for the other layers)."""
+    if position_ids is None or position_ids.shape != (1, q_len) or q_len == 1:
+        return None
+    if not torch.compiler.is_compiling() and position_ids in _PACKED_OF_POSITIONS:
+        return _PACKED_OF_POSITIONS[position_ids]
+    steps = torch.diff(position_ids[0], prepend=position_ids[0, :1] - 1)
+    starts = torch.nonzero(steps != 1)[:, 0].tolist()
+    found = None
+    if starts:  # the first token starts a sequence whatever its position
+        bounds = [0, *starts, q_len]
+        found = (torch.tensor(bounds, dtype=torch.int32, device=position_ids.device),
+                 max(end - start for start, end in zip(bounds, bounds[1:])))
+    if not torch.compiler.is_compiling():
+        _PACKED_OF_POSITIONS[position_ids] = found
+    return found
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -64,30 +172,29 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
     q_len, k_len = query.shape[2], key.shape[2]
-    mask = causal_mask_of(attention_mask, q_len, k_len, is_causal)
-    out = attention(query, key, value, attn_mask=mask, scale=scaling,
-                    enable_gqa=query.shape[1] != key.shape[1])
+    causal = is_causal and q_len > 1  # a single query sees every key before it anyway
+    if attention_mask is not None and attention_mask.dim() != 2:
+        raise ValueError(f"cuTile FMHA supports {SUPPORTED_MASKS}, as transformers hands them "
+                         f"to it (a 2-D padding mask or none); got a mask of shape "
+                         f"{tuple(getattr(attention_mask, 'shape', ()))} (a custom mask?): use "
+                         f"another attn_implementation for it")
+    packed = None
+    if kwargs.get("cu_seq_lens_q") is not None:
+        packed = (kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["cu_seq_lens_k"].to(torch.int32),
+                  int(kwargs["max_length_q"]), int(kwargs["max_length_k"]))
+    elif attention_mask is None and (found := packed_sequences_of_positions(
+            kwargs.get("position_ids"), q_len)) is not None:
+        packed = (found[0], found[0], found[1], found[1])
+    if packed is not None:
+        if query.shape[0] != 1:
+            raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
+        cu_q, cu_k, max_q, max_k = packed
+        out, _ = packed_attention(query, key, value, SequenceBounds.packed(cu_q, cu_k), max_q,
+                                  max_k, causal=causal, scale=scaling)
+    elif attention_mask is not None:
+        out, _ = packed_attention(query, key, value, bounds_of_padding(attention_mask, q_len),
+                                  q_len, k_len, causal=causal, scale=scaling, fill=0.0)
+    else:
+        out = attention(query, key, value, scale=scaling, enable_gqa=query.shape[1] != key.shape[1],
+                        attn_mask=causal_lower_right(q_len, k_len) if causal else None)
     return out.transpose(1, 2).contiguous(), None
-
-
-def causal_mask_of(attention_mask: torch.Tensor | None, q_len: int, k_len: int,
-                   is_causal: bool):
-    """What the kernels compute for transformers' mask: None (no mask) or the causal mask
-    aligned to the last key; ValueError for a mask that hides anything else."""
-    if attention_mask is None:
-        # A single query (decoding) sees every cached key.
-        return causal_lower_right(q_len, k_len) if is_causal and q_len > 1 else None
-    allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
-    if allowed.dim() != 4 or allowed.shape[-2:] != (q_len, k_len):
-        raise ValueError(f"attention_mask must be (batch, 1 or heads, {q_len}, {k_len}), got "
-                         f"{tuple(attention_mask.shape)}")
-    if bool(allowed.all()):
-        return None
-    rows = torch.arange(q_len, device=allowed.device)[:, None]
-    keys = torch.arange(k_len, device=allowed.device)[None, :]
-    if bool((allowed == (keys <= rows + (k_len - q_len))).all()):
-        return causal_lower_right(q_len, k_len)
-    raise ValueError("attention_mask hides keys other than the causal ones (padding, or a "
-                     "sliding window): cuTile FMHA supports no mask and causal masks. Batch "
-                     "sequences of one length without padding, or use another "
-                     "attn_implementation for padded batches")

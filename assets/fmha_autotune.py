@@ -17,10 +17,17 @@ Head dims past 256 are searched on their own (all of --head-dim past 256, or non
 10 and 11 over their own candidates (platforms/search_space.py: tiles, head-dim chunk and
 output slice), at FFPA's shape B=1 H=48 by default, against SDPA's efficient backend (the
 one that runs them), written to platforms/tuned/<arch>-large-head-dims.json.
+
+--varlen searches the variable-length forward (kernels/varlen.py: step 9's query tile over
+packed sequences) over the same candidates as step 9, on --batch x --seq-len tokens of
+sequences of lengths uniform in [256, --seq-len] (the variable-length benchmark's), against
+SDPA's cuDNN backend on as many sequences of one length with the same FLOPs; it writes
+platforms/tuned/<arch>-varlen.json, which the variable-length launcher reads.
 """
 
 import argparse
 import dataclasses
+import math
 import multiprocessing
 import re
 import statistics
@@ -31,6 +38,7 @@ import torch
 from tqdm import tqdm
 
 from cutile_fmha.assets import measure
+from cutile_fmha.assets.fmha_varlen_benchmark import sequence_lengths
 from cutile_fmha.assets.measure import Column
 from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, TunedLaunch, arch_of_capability,
                                    entry_for)
@@ -39,7 +47,8 @@ from cutile_fmha.platforms.search_space import (LARGE_HEAD_DIM_SEARCH_SPACE, MAX
                                                 search_space_for)
 from cutile_fmha.platforms.tuned import tuned_path, write_tuned
 from cutile_fmha.steps import STEPS, plan_launch, steps_for
-from cutile_fmha.steps.compile import compile_step, resource_usage
+from cutile_fmha.steps.compile import compile_step, compile_varlen, resource_usage
+from cutile_fmha.steps.varlen import VARLEN_STEP, SequenceBounds, varlen_forward
 
 FINALISTS = 3  # candidates timed again before one is picked
 CONFIRM_ROUNDS = 2
@@ -74,11 +83,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                                          "platforms/tuned/<arch>.json, or past D=256 "
                                          "<arch>-large-head-dims.json)")
     parser.add_argument("--markdown", metavar="PATH", help="write the search's table as Markdown")
+    parser.add_argument("--varlen", action="store_true",
+                        help="tune the variable-length forward instead (head dims up to 256)")
     args = parser.parse_args(argv)
     args.large_head_dims = args.head_dim[0] in LARGE_HEAD_DIMS
     if any((d in LARGE_HEAD_DIMS) != args.large_head_dims for d in args.head_dim):
         parser.error("--head-dim: tune head dims up to 256 and past 256 in separate runs "
                      "(their launches go to separate files)")
+    if args.varlen and args.large_head_dims:
+        parser.error("--varlen: the variable-length launches are searched up to D=256 (past it "
+                     "they take steps 10-11's)")
     if args.large_head_dims:
         args.batch = args.batch or LARGE_HEAD_DIM_SHAPE["batch"]
         args.heads = args.heads or LARGE_HEAD_DIM_SHAPE["heads"]
@@ -86,28 +100,58 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _entry_with(arch: str, head_dim: int, causal: bool, launch: TunedLaunch):
-    """This architecture's entry with `launch` as its tuned launch for (head_dim, causal)."""
+def _entry_with(arch: str, head_dim: int, causal: bool, launch: TunedLaunch, varlen: bool):
+    """This architecture's entry with `launch` as its tuned launch for (head_dim, causal),
+    of the dense steps or of the variable-length forward."""
     entry = entry_for(arch)
-    return dataclasses.replace(entry, tuned=entry.tuned | {(head_dim, causal): launch})
+    field = "varlen_tuned" if varlen else "tuned"
+    launches = getattr(entry, field) | {(head_dim, causal): launch}
+    return dataclasses.replace(entry, **{field: launches})
+
+
+@dataclasses.dataclass
+class Workload:
+    """What a candidate is timed on: dense (B, H, N, D) inputs, or a packed batch."""
+    flops: float
+    run: object  # run(entry, launch) -> a function of no arguments that launches once
+
+
+def _dense_workload(shape) -> Workload:
+    q, k, v = measure.make_inputs(shape)
+    return Workload(shape.flops, lambda entry, launch: plan_launch(
+        q, k, v, causal=shape.causal, step=launch.step, platform=entry).launch)
+
+
+def _varlen_workload(lengths, heads, head_dim, causal, dtype) -> Workload:
+    total = sum(lengths)
+    q, k, v = (torch.randn(1, heads, total, head_dim, device="cuda", dtype=measure.DTYPES[dtype])
+               for _ in range(3))
+    cu_seqlens = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
+    bounds = SequenceBounds.packed(cu_seqlens, cu_seqlens)
+    flops = sum(measure.attention_flops(1, heads, n, n, head_dim, causal) for n in lengths)
+    return Workload(flops, lambda entry, launch: lambda: varlen_forward(
+        q, k, v, bounds, max(lengths), causal=causal, scale=head_dim ** -0.5, with_lse=False,
+        platform=entry))
 
 
 def check_candidate(job) -> tuple[str | None, int | None]:
     """Compiles one candidate (the launch's JIT and the compile-only cubin): (why it is
     skipped or None, its stack frame in bytes or None without cuobjdump). Runs in a worker
     process, so the compiles run side by side."""
-    arch, head_dim, causal, launch, dtype = job
-    entry = _entry_with(arch, head_dim, causal, launch)
+    arch, head_dim, causal, launch, dtype, varlen = job
+    entry = _entry_with(arch, head_dim, causal, launch, varlen)
     stack_bytes = None
     try:
         if find_cuda_tool("cuobjdump"):
-            usage = resource_usage(compile_step(launch.step, arch, dtype=dtype, head_dim=head_dim,
-                                                causal=causal, entry=entry))
+            options = dict(dtype=dtype, head_dim=head_dim, causal=causal, entry=entry)
+            usage = resource_usage(compile_varlen("fmha", arch, **options) if varlen
+                                   else compile_step(launch.step, arch, **options))
             stack_bytes = int(re.search(r"STACK:(\d+)", usage)[1])
             if stack_bytes > MAX_STACK_BYTES:
                 return f"spills (stack frame {stack_bytes} bytes)", stack_bytes
-        q, k, v = measure.make_inputs(measure.Shape(1, 2, 256, 256, head_dim, causal, dtype))
-        plan_launch(q, k, v, causal=causal, step=launch.step, platform=entry).launch()
+        workload = _varlen_workload([100, 156], 2, head_dim, causal, dtype) if varlen else \
+            _dense_workload(measure.Shape(1, 2, 256, 256, head_dim, causal, dtype))
+        workload.run(entry, launch)()
         torch.cuda.synchronize()
     except Exception as error:  # a candidate the compiler refuses is a result, not a crash
         reason = str(error).splitlines()[0][:80] if str(error) else ""
@@ -115,10 +159,11 @@ def check_candidate(job) -> tuple[str | None, int | None]:
     return None, stack_bytes
 
 
-def _time_launch(arch, shape, q, k, v, launch: TunedLaunch, iterations: int) -> float:
-    entry = _entry_with(arch, shape.head_dim, shape.causal, launch)
-    plan = plan_launch(q, k, v, causal=shape.causal, step=launch.step, platform=entry)
-    return measure.tflops(shape.flops, measure.time_ms(plan.launch, iterations))
+def _time_launch(arch, head_dim, causal, workload: Workload, launch: TunedLaunch,
+                 iterations: int, varlen: bool) -> float:
+    entry = _entry_with(arch, head_dim, causal, launch, varlen)
+    return measure.tflops(workload.flops, measure.time_ms(workload.run(entry, launch),
+                                                          iterations))
 
 
 def describe(launch: TunedLaunch) -> str:
@@ -127,10 +172,11 @@ def describe(launch: TunedLaunch) -> str:
             f"{launch.num_ctas or 'auto'}")
 
 
-def candidates(arch: str, head_dim: int) -> list[TunedLaunch]:
+def candidates(arch: str, head_dim: int, varlen: bool = False) -> list[TunedLaunch]:
     """Every launch to time at `head_dim`: each candidate of the search space with the
-    tuned steps that run this head dim side by side, so that they meet the same clocks."""
-    steps = steps_for(head_dim, TUNED_STEPS)
+    tuned steps that run this head dim side by side, so that they meet the same clocks
+    (the variable-length forward: step 9's candidates)."""
+    steps = [VARLEN_STEP] if varlen else steps_for(head_dim, TUNED_STEPS)
     if head_dim in LARGE_HEAD_DIMS:
         launches = LARGE_HEAD_DIM_SEARCH_SPACE.launches(steps[0], head_dim)
     else:
@@ -142,7 +188,9 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     """(fastest launch per (head dim, causal), the search's rows); `save(best, rows)` after
     each point, so that an interrupted search keeps what it measured."""
     points = [(d, c) for d in args.head_dim for c in (True, False)]
-    jobs = [(arch, d, c, launch, args.dtype) for d, c in points for launch in candidates(arch, d)]
+    jobs = [(arch, d, c, launch, args.dtype, args.varlen) for d, c in points
+            for launch in candidates(arch, d, args.varlen)]
+    lengths = sequence_lengths(args.batch * args.seq_len, 256, args.seq_len, seed=0)
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.workers) as pool:
         checked = list(tqdm(pool.imap(check_candidate, jobs), total=len(jobs),
@@ -151,8 +199,16 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     timed = tqdm(total=len(jobs) + len(points) * (1 + FINALISTS * CONFIRM_ROUNDS),
                  desc="time", unit="run")
     for head_dim, causal in points:
-        shape = measure.Shape(args.batch, measure.heads_for(head_dim, args.heads), args.seq_len,
-                              args.seq_len, head_dim, causal, args.dtype)
+        heads = measure.heads_for(head_dim, args.heads)
+        shape = measure.Shape(args.batch, heads, args.seq_len, args.seq_len, head_dim, causal,
+                              args.dtype)
+        if args.varlen:  # the baseline's shape: as many sequences of one length, same FLOPs
+            same_work = round(math.sqrt(sum(n * n for n in lengths) / len(lengths)))
+            shape = dataclasses.replace(shape, batch=len(lengths), q_len=same_work,
+                                        k_len=same_work)
+            workload = _varlen_workload(lengths, heads, head_dim, causal, args.dtype)
+        else:
+            workload = _dense_workload(shape)
         q, k, v = measure.make_inputs(shape)
         # The baseline: cuDNN, or past D=256 the one SDPA backend that runs it.
         backend = "efficient" if args.large_head_dims else "cudnn"
@@ -160,11 +216,11 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
             lambda: measure.sdpa(q, k, v, causal=causal, backend=backend), args.iterations))
         timed.update()
         point_rows = []
-        for (_, d, c, launch, _), (reason, stack_bytes) in zip(jobs, checked):
+        for (_, d, c, launch, _, _), (reason, stack_bytes) in zip(jobs, checked):
             if (d, c) != (head_dim, causal):
                 continue
-            tflops = None if reason else _time_launch(arch, shape, q, k, v, launch,
-                                                      args.iterations)
+            tflops = None if reason else _time_launch(arch, head_dim, causal, workload, launch,
+                                                      args.iterations, args.varlen)
             point_rows.append(_row(head_dim, causal, launch, tflops, backend, sdpa, reason)
                               | {"stack_bytes": stack_bytes})
             timed.update()
@@ -175,7 +231,8 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
         timings = [[r["tflops"]] for r in finalists]
         for _ in range(CONFIRM_ROUNDS):
             for r, times in zip(finalists, timings):
-                times.append(_time_launch(arch, shape, q, k, v, r["launch"], args.iterations))
+                times.append(_time_launch(arch, head_dim, causal, workload, r["launch"],
+                                          args.iterations, args.varlen))
                 timed.update()
         for r, times in zip(finalists, timings):
             r["median_tflops"] = statistics.median(times)
@@ -186,7 +243,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
                    f"{fastest['median_tflops']:.0f} TFLOPS")
         rows += point_rows
         save(best, rows)
-        del q, k, v
+        del q, k, v, workload
     timed.close()
     return best, rows
 
@@ -212,10 +269,12 @@ def main(argv=None) -> int:
         print(problem, file=sys.stderr)
         return 1
     arch = arch_of_capability(*torch.cuda.get_device_capability())
+    shape = f"{args.batch * args.seq_len} tokens of sequences of 256-{args.seq_len} tokens" \
+        if args.varlen else f"B={args.batch} N={args.seq_len}"
     context = measure.run_context() | {
-        "shape": f"B={args.batch} N={args.seq_len} {args.dtype}, "
-                 f"{measure.describe_heads(args.heads, None)}"}
-    path = Path(args.output) if args.output else tuned_path(arch, args.large_head_dims)
+        "shape": f"{shape} {args.dtype}, {measure.describe_heads(args.heads, None)}"}
+    path = Path(args.output) if args.output else tuned_path(arch, args.large_head_dims,
+                                                            args.varlen)
 
     def table(rows):
         return [{key: value for key, value in row.items() if key != "launch"} for row in rows]

@@ -7,10 +7,17 @@ Builds a Llama-architecture model from a config with random weights (nothing is
 downloaded), registers cuTile FMHA as ``attn_implementation="cutile_fmha"``, and:
 1. prefill: the same tokens through both models; the largest logit difference and each
    model's prefill time;
-2. training: a few AdamW steps through each model on one batch (the loss must go down
-   through ours), and each model's training tokens per second.
-Exits non-zero when the logits differ by more than --logit-tolerance (relative to the
-largest logit) or the loss does not go down.
+2. padded prefill: the batch left-padded (row i by i/(2·batch) of its length), the largest
+   logit difference on real tokens and each model's time;
+3. training: a few AdamW steps through each model on one batch (the loss must go down
+   through ours), and each model's training tokens per second;
+4. packed training: the padded batch's real tokens packed in one row with no padding
+   (positions restart at each sequence), a few AdamW steps as in 3;
+5. generate(): greedy decoding of --new-tokens after the left-padded prompts, each
+   model's time and how many tokens agree; where they differ, the first differing token
+   must be a near-tie in SDPA's logits (within --logit-tolerance of the best).
+Exits non-zero when logits differ by more than --logit-tolerance (relative to the largest
+logit), the loss does not go down, or generate() differs other than at a near-tie.
 """
 
 import argparse
@@ -36,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=measure.positive_int, default=4)
     parser.add_argument("--seq-len", type=measure.positive_int, default=2048)
     parser.add_argument("--train-steps", type=measure.positive_int, default=8)
+    parser.add_argument("--new-tokens", type=measure.positive_int, default=32,
+                        help="tokens generate() adds after the left-padded prompts")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(measure.DTYPES))
     parser.add_argument("--logit-tolerance", type=float, default=2e-2,
                         help="largest |logit difference| allowed, over the largest |logit|")
@@ -59,7 +68,7 @@ def build_models(args, device, dtype):
                              intermediate_size=4 * args.hidden_size,
                              num_hidden_layers=args.layers, num_attention_heads=args.heads,
                              num_key_value_heads=args.kv_heads,
-                             max_position_embeddings=max(args.seq_len, 128))
+                             max_position_embeddings=max(args.seq_len + args.new_tokens, 128))
         built = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
         return built.to(device=device, dtype=dtype)
 
@@ -86,49 +95,121 @@ def seconds(fn, device, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def train(model, tokens, steps: int, device) -> tuple[list[float], float]:
-    """(loss per step, tokens per second) of `steps` AdamW steps on one batch."""
+def train(model, steps: int, device, **batch) -> tuple[list[float], float]:
+    """(loss per step, real tokens per second) of `steps` AdamW steps on one batch (the
+    model's keyword arguments; labels are the input ids, -100 on padding)."""
     model = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
+    mask = batch.get("attention_mask")
+    labels = batch["input_ids"] if mask is None else batch["input_ids"].masked_fill(mask == 0, -100)
 
     def step():
-        loss = model(tokens, labels=tokens).loss
+        loss = model(**batch, labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
 
     step_seconds = seconds(step, device, repeats=steps - 1)  # the first step warms up
-    return losses, tokens.numel() / step_seconds
+    real_tokens = batch["input_ids"].numel() if mask is None else int(mask.sum())
+    return losses, real_tokens / step_seconds
+
+
+def left_padded(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens, attention_mask): row i of `tokens` left-padded by i / (2 · batch) of its
+    length (pad id 0), as generate() pads prompts of different lengths."""
+    batch, length = tokens.shape
+    mask = torch.ones_like(tokens)
+    for row in range(batch):
+        mask[row, :row * length // (2 * batch)] = 0
+    return tokens.masked_fill(mask == 0, 0), mask
+
+
+def packed(tokens: torch.Tensor, mask: torch.Tensor) -> dict:
+    """The real tokens of each row end to end in one row, positions restarting at each
+    (transformers' padding-free format)."""
+    rows = [row[keep.bool()] for row, keep in zip(tokens, mask)]
+    positions = [torch.arange(len(row), device=tokens.device) for row in rows]
+    return {"input_ids": torch.cat(rows)[None], "position_ids": torch.cat(positions)[None]}
+
+
+def generate(model, tokens, mask, new_tokens: int):
+    return model.generate(tokens, attention_mask=mask, max_new_tokens=new_tokens,
+                          min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+                          return_dict_in_generate=True, output_logits=True)
+
+
+def compare_generations(ours, sdpa, prompt_len: int, tolerance: float) -> dict:
+    """How many new tokens agree; for each row that differs, whether its first differing
+    token was a near-tie in SDPA's logits (within `tolerance` of the best, relative to the
+    largest logit)."""
+    mine, theirs = ours.sequences[:, prompt_len:], sdpa.sequences[:, prompt_len:]
+    near_ties = []
+    for row in range(mine.shape[0]):
+        differing = (mine[row] != theirs[row]).nonzero()
+        if len(differing):
+            step = int(differing[0])
+            logits = sdpa.logits[step][row].float()
+            gap = (logits.max() - logits[mine[row, step]]).item()
+            near_ties.append(gap <= tolerance * logits.abs().max().item())
+    return {"agreeing": int((mine == theirs).sum()), "tokens": mine.numel(),
+            "rows_differing": len(near_ties), "all_near_ties": all(near_ties)}
 
 
 def run(args, device, dtype: torch.dtype | None = None) -> dict:
     """The demo's numbers; `dtype` overrides --dtype (the tests run float32 on the CPU)."""
     dtype = dtype or measure.DTYPES[args.dtype]
     ours, sdpa = build_models(args, device, dtype)
+    models = (("cutile_fmha", ours), (SDPA, sdpa))
     generator = torch.Generator(device=device).manual_seed(1)
-    tokens = torch.randint(0, args.vocab_size, (args.batch, args.seq_len), device=device,
+    tokens = torch.randint(1, args.vocab_size, (args.batch, args.seq_len), device=device,
                            generator=generator)
+    padded, mask = left_padded(tokens)
+    real = mask.bool()
     with torch.no_grad():
-        logits = {name: model.eval()(tokens).logits.float()
-                  for name, model in (("cutile_fmha", ours), (SDPA, sdpa))}
+        logits = {name: model.eval()(tokens).logits.float() for name, model in models}
         prefill = {name: seconds(lambda model=model: model(tokens), device)
-                   for name, model in (("cutile_fmha", ours), (SDPA, sdpa))}
-    difference = (logits["cutile_fmha"] - logits[SDPA]).abs().max().item()
+                   for name, model in models}
+        padded_logits = {name: model(padded, attention_mask=mask).logits.float()[real]
+                         for name, model in models}
+        padded_prefill = {name: seconds(lambda model=model: model(padded, attention_mask=mask),
+                                        device) for name, model in models}
+        generations = {name: generate(model, padded, mask, args.new_tokens)
+                       for name, model in models}
+        generate_seconds = {name: seconds(lambda model=model: generate(
+            model, padded, mask, args.new_tokens), device, repeats=1) for name, model in models}
     largest = logits[SDPA].abs().max().item()
-    training = {name: train(model, tokens, args.train_steps, device)
-                for name, model in (("cutile_fmha", ours), (SDPA, sdpa))}
-    return {"max_logit_difference": difference, "largest_logit": largest,
-            "prefill_seconds": prefill,
-            "losses": {name: losses for name, (losses, _) in training.items()},
-            "train_tokens_per_second": {name: rate for name, (_, rate) in training.items()}}
+    training = {name: train(model, args.train_steps, device, input_ids=tokens)
+                for name, model in models}
+    packed_training = {name: train(model, args.train_steps, device, **packed(padded, mask))
+                       for name, model in models}
+    return {
+        "max_logit_difference": (logits["cutile_fmha"] - logits[SDPA]).abs().max().item(),
+        "largest_logit": largest, "prefill_seconds": prefill,
+        "padded_logit_difference":
+            (padded_logits["cutile_fmha"] - padded_logits[SDPA]).abs().max().item(),
+        "padded_largest_logit": padded_logits[SDPA].abs().max().item(),
+        "padded_prefill_seconds": padded_prefill,
+        "losses": {name: losses for name, (losses, _) in training.items()},
+        "train_tokens_per_second": {name: rate for name, (_, rate) in training.items()},
+        "packed_losses": {name: losses for name, (losses, _) in packed_training.items()},
+        "packed_tokens_per_second": {name: rate for name, (_, rate) in packed_training.items()},
+        "generate_seconds": generate_seconds,
+        "generate": compare_generations(generations["cutile_fmha"], generations[SDPA],
+                                        args.seq_len, args.logit_tolerance)}
 
 
 def report(result: dict, args) -> tuple[str, bool]:
     relative = result["max_logit_difference"] / result["largest_logit"]
-    losses = result["losses"]["cutile_fmha"]
-    ok = relative <= args.logit_tolerance and losses[-1] < losses[0]
+    padded_relative = result["padded_logit_difference"] / result["padded_largest_logit"]
+    losses, packed_losses = result["losses"]["cutile_fmha"], result["packed_losses"]["cutile_fmha"]
+    generated = result["generate"]
+    checks = {"prefill logits": relative <= args.logit_tolerance,
+              "padded prefill logits": padded_relative <= args.logit_tolerance,
+              "training loss": losses[-1] < losses[0],
+              "packed training loss": packed_losses[-1] < packed_losses[0],
+              "generate() tokens": generated["all_near_ties"]}
     lines = [
         f"Llama: {args.layers} layers, hidden {args.hidden_size}, {args.heads} heads "
         f"({args.kv_heads} K/V), D={args.hidden_size // args.heads}, batch {args.batch} x "
@@ -138,13 +219,29 @@ def report(result: dict, args) -> tuple[str, bool]:
     ]
     lines += [f"  {name}: prefill {seconds_ * 1e3:.1f} ms"
               for name, seconds_ in result["prefill_seconds"].items()]
+    lines.append(f"padded prefill (left padding): largest logit difference on real tokens "
+                 f"{result['padded_logit_difference']:.3e} ({padded_relative:.2e})")
+    lines += [f"  {name}: padded prefill {seconds_ * 1e3:.1f} ms"
+              for name, seconds_ in result["padded_prefill_seconds"].items()]
     lines.append("training, loss per step (cutile_fmha): "
                  + " ".join(f"{loss:.3f}" for loss in losses))
     lines += [f"  {name}: {rate:,.0f} tokens/s"
               for name, rate in result["train_tokens_per_second"].items()]
-    lines.append("OK" if ok else "FAILED: logits differ beyond the tolerance, or the loss "
-                                 "did not go down")
-    return "\n".join(lines), ok
+    lines.append("packed training (no padding), loss per step (cutile_fmha): "
+                 + " ".join(f"{loss:.3f}" for loss in packed_losses)
+                 + f"; SDPA's first loss {result['packed_losses'][SDPA][0]:.3f}")
+    lines += [f"  {name}: {rate:,.0f} real tokens/s"
+              for name, rate in result["packed_tokens_per_second"].items()]
+    lines.append(f"generate() of {args.new_tokens} tokens after the left-padded prompts: "
+                 f"{generated['agreeing']}/{generated['tokens']} tokens agree with SDPA's"
+                 + (f"; {generated['rows_differing']} rows differ, from "
+                    + ("a near-tie each" if generated["all_near_ties"] else "NOT only near-ties")
+                    if generated["rows_differing"] else ""))
+    lines += [f"  {name}: {seconds_ * 1e3:.1f} ms"
+              for name, seconds_ in result["generate_seconds"].items()]
+    failed = [name for name, ok in checks.items() if not ok]
+    lines.append("OK" if not failed else f"FAILED: {', '.join(failed)}")
+    return "\n".join(lines), not failed
 
 
 def main(argv=None) -> int:

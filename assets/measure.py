@@ -210,6 +210,19 @@ def gpu_problem(subject: str) -> str | None:
     return f"{subject} a CUDA GPU that cuTile supports.\n{report.message()}"
 
 
+def flash_attention_4():
+    """FlashAttention-4's interface (``flash_attn.cute``) as an optional anchor, or None,
+    saying so in one line, when it is not importable here (../shared/gpu/make-fa4-bundle.sh
+    stages it on a GPU host)."""
+    try:
+        import flash_attn.cute as fa4
+    except Exception as error:  # not installed, or its compiler cannot load here
+        print(f"FlashAttention-4 (flash_attn.cute) not importable, left out: "
+              f"{type(error).__name__}: {error}")
+        return None
+    return fa4
+
+
 def run_context(platform_entry=None) -> dict:
     """GPU, architecture, platform entry used (if any) and versions, for result headers."""
     compiler = find_compiler()

@@ -111,7 +111,15 @@ def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, b
 def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int,
          TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
          CAUSAL: ConstBool):
-    k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, ct.bid(2), ct.bid(1), ct.bid(0), qk_scale,
+                  query_offset, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+
+
+def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
+                  query_offset, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                  QUERY_GROUP: ConstInt, CAUSAL: ConstBool):
+    """One key tile of one K/V head: its rows of dK and dV, from every query that sees it
+    (the variable-length kernel runs it on views of one sequence)."""
     q_len, k_len = Q.shape[2], K.shape[2]
     k_start = k_tile * TILE_N
     keys = (k_start + ct.arange(TILE_N, dtype=ct.int32))[:, None]
@@ -166,6 +174,14 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int,
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
         q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first, as in the forward's step 8
+    dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
+                  TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+
+
+def dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
+                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+                  CAUSAL: ConstBool):
+    """One query tile of one head: its rows of dQ, from every key it sees."""
     kv_head = head // QUERY_GROUP
     q_start, k_len = q_tile * TILE_M, K.shape[2]
     rows = (q_start + ct.arange(TILE_M, dtype=ct.int32))[:, None]

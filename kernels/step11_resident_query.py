@@ -67,6 +67,18 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
     head, batch = ct.bid(1), ct.bid(2)
     if CAUSAL:
         q_tile = ct.num_blocks(0) // slices - 1 - q_tile  # longest first
+    attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, out_slice, qk_scale,
+                      query_offset, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, TILE_K, TILE_V,
+                      WRITE_LSE)
+
+
+def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, out_slice, qk_scale,
+                      query_offset, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                      QUERY_GROUP: ConstInt, CAUSAL: ConstBool, TILE_K: ConstInt,
+                      TILE_V: ConstInt, WRITE_LSE: ConstBool):
+    """One query tile of one head, output slice `out_slice`: its TILE_V columns of Out and
+    (from slice 0, with WRITE_LSE) its rows of Lse. A function of its own so that the
+    variable-length kernel (kernels/varlen.py) runs this very code."""
     kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
     k_len = K.shape[2]
     qk_scale_log2 = qk_scale * INV_LOG_2

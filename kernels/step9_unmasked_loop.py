@@ -53,6 +53,16 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
         q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
+    attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
+                      TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE)
+
+
+def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset,
+                      TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                      QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool):
+    """One query tile of one head against every key it sees: its rows of Out and (with
+    WRITE_LSE) of Lse. A function of its own so that the variable-length kernel
+    (kernels/varlen.py) runs this very code on views of one sequence."""
     kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
     k_len = K.shape[2]
     qk_scale_log2 = qk_scale * INV_LOG_2

@@ -56,6 +56,9 @@ class PlatformEntry:
     # The launch past D=256 (step 10 or 11) where the autotuner has not measured one; its
     # tile_v is the widest output slice one CTA takes (see large_head_dim_launch).
     large_head_dim: TunedLaunch | None = None
+    # (head dim, causal) -> the autotuner's launch of the variable-length forward (step 9's
+    # query tile over packed sequences); where it has not run, the dense step's launch.
+    varlen_tuned: dict[tuple[int, bool], TunedLaunch] = field(default_factory=dict)
 
     def tile_for(self, head_dim: int) -> TileShape:
         return self.tiles[head_dim]

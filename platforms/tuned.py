@@ -1,7 +1,8 @@
 """The autotuner's results: JSON files per architecture in platforms/tuned/.
 
-``python assets/fmha_autotune.py`` writes ``tuned/<arch>.json`` (head dims 64-256) and
-``tuned/<arch>-large-head-dims.json`` (steps 10-11, past 256) on a GPU of that architecture:
+``python assets/fmha_autotune.py`` writes ``tuned/<arch>.json`` (head dims 64-256),
+``tuned/<arch>-large-head-dims.json`` (steps 10-11, past 256) and, with --varlen,
+``tuned/<arch>-varlen.json`` (the variable-length forward) on a GPU of that architecture:
 where and with what it measured, the fastest launch per head dim and causal or not (the
 step, its tiles and compiler hints), and the whole search table. The platform table reads
 them, so the launcher runs the tuned steps at those tiles and hints and the drop-in runs
@@ -20,9 +21,11 @@ LAUNCH_KEYS = ("head_dim", "causal", "step", "tile_m", "tile_n", "occupancy",
 TILED_HEAD_DIM_KEYS = ("tile_k", "tile_v")  # steps 10-11's launches also have these
 
 
-def tuned_path(arch: str, large_head_dims: bool = False) -> Path:
-    """Where the autotuner's launches for `arch` are: head dims 64-256, or past 256."""
-    return TUNED_DIR / (f"{arch}-large-head-dims.json" if large_head_dims else f"{arch}.json")
+def tuned_path(arch: str, large_head_dims: bool = False, varlen: bool = False) -> Path:
+    """Where the autotuner's launches for `arch` are: head dims 64-256, past 256, or the
+    variable-length forward's."""
+    suffix = "-large-head-dims" if large_head_dims else "-varlen" if varlen else ""
+    return TUNED_DIR / f"{arch}{suffix}.json"
 
 
 def launch_record(head_dim: int, causal: bool, launch: TunedLaunch) -> dict:
@@ -64,14 +67,17 @@ def _load(arch: str, path: Path) -> tuple[dict, str]:
 
 
 def load_tuned(arch: str) -> dict:
-    """{"tuned": ..., "tuned_note": ...} for PlatformEntry from both of `arch`'s files, or
-    {} where the autotuner has not run on `arch`."""
+    """The PlatformEntry fields of `arch`'s files: "tuned" and "tuned_note" from the dense
+    ones, "varlen_tuned" from the variable-length one; {} where the autotuner has not run."""
     found = [_load(arch, path) for path in (tuned_path(arch), tuned_path(arch, True))
              if path.exists()]
+    varlen = tuned_path(arch, varlen=True)
+    fields = {"varlen_tuned": _load(arch, varlen)[0]} if varlen.exists() else {}
     if not found:
-        return {}
-    return {"tuned": {key: launch for launches, _ in found for key, launch in launches.items()},
-            "tuned_note": "; ".join(note for _, note in found)}
+        return fields
+    return fields | {
+        "tuned": {key: launch for launches, _ in found for key, launch in launches.items()},
+        "tuned_note": "; ".join(note for _, note in found)}
 
 
 def write_tuned(arch: str, context: dict, launches: dict[tuple[int, bool], TunedLaunch],

@@ -17,13 +17,48 @@ from .launcher import causal_query_offset, softmax_scale, with_hints
 ROW_DOT_TILE_M = 64
 
 
-def backward_kernel(name: str, num_worker_warps: int | None):
-    """The named backward kernel ("dkdv" or "dq") with its worker-warps hint."""
+def backward_kernel(name: str, num_worker_warps: int | None, module=kernels):
+    """The named backward kernel ("dkdv" or "dq") of `module` (the dense ones, or
+    kernels/varlen.py's) with its worker-warps hint."""
     hints = None if num_worker_warps is None else {"num_worker_warps": num_worker_warps}
-    return with_hints(getattr(kernels, name), hints)
+    return with_hints(getattr(module, name), hints)
 
 
 BACKWARD_FAMILIES = {"dkdv": DKDV, "dq": DQ}
+
+
+def check_backward_head_dim(head_dim: int) -> None:
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"the backward runs head dims {HEAD_DIMS}, got {head_dim}: past 256 "
+                         f"only the forward (steps 10-11) is built")
+
+
+def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
+    """Delta = rowsum(out * grad_out), float32 (batch, heads, q_len)."""
+    delta = out.new_empty(out.shape[:-1], dtype=torch.float32)
+    values = {"Out": out, "dOut": grad_out, "Delta": delta, "TILE_M": ROW_DOT_TILE_M,
+              "TILE_D": out.shape[-1]}
+    ct.launch(torch.cuda.current_stream(out.device), ROW_DOT.grid(values), kernels.row_dot,
+              ROW_DOT.arguments(values))
+    return delta
+
+
+def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
+                            grid_values: dict | None = None, module=kernels) -> None:
+    """The dK/dV and dQ launches of `families` (name -> family) with `module`'s kernels:
+    arguments from `tensors` by parameter name, tiles and hints from the backward's
+    platform data for this GPU; `grid_values` adds what only the grids read."""
+    q, k = tensors["Q"], tensors["K"]
+    head_dim = q.shape[-1]
+    entry = backward_entry_for(arch_of_capability(*torch.cuda.get_device_capability(q.device)))
+    for name, family in families.items():
+        launch = entry.launches[head_dim][name]
+        values = {key: tensors[key] for key in family.names if key in tensors} | \
+            backward_constants(head_dim, launch.tiles, query_group=q.shape[1] // k.shape[1],
+                               causal=causal)
+        ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
+                  backward_kernel(name, launch.num_worker_warps, module),
+                  family.arguments(values))
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = False,
@@ -33,32 +68,16 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     log-sum-exp. dk and dv have k's and v's shapes: with grouped-query heads each sums the
     gradients of the query heads that share it."""
     batch, heads, q_len, head_dim = q.shape
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"the backward runs head dims {HEAD_DIMS}, got {head_dim}: past 256 "
-                         f"only the forward (steps 10-11) is built")
+    check_backward_head_dim(head_dim)
     if grad_out.shape != out.shape:
         raise ValueError(f"grad_out must have out's shape {tuple(out.shape)}, got "
                          f"{tuple(grad_out.shape)}")
     grad_out = grad_out.to(out.dtype).contiguous()
     query_offset = causal_query_offset(causal, q_len, k.shape[2])
     scale = softmax_scale(scale, head_dim)
-    stream = torch.cuda.current_stream(q.device)
-
-    delta = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device)
-    values = {"Out": out, "dOut": grad_out, "Delta": delta, "TILE_M": ROW_DOT_TILE_M,
-              "TILE_D": head_dim}
-    ct.launch(stream, ROW_DOT.grid(values), kernels.row_dot, ROW_DOT.arguments(values))
-
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse, "Delta": delta,
-               "dK": dk, "dV": dv, "dQ": dq, "qk_scale": scale,
-               "query_offset": query_offset or 0}
-    entry = backward_entry_for(arch_of_capability(*torch.cuda.get_device_capability(q.device)))
-    for name, family in BACKWARD_FAMILIES.items():
-        launch = entry.launches[head_dim][name]
-        values = {key: tensors[key] for key in family.names if key in tensors} | \
-            backward_constants(head_dim, launch.tiles, query_group=heads // k.shape[1],
-                               causal=query_offset is not None)
-        ct.launch(stream, family.grid(values), backward_kernel(name, launch.num_worker_warps),
-                  family.arguments(values))
+    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
+               "Delta": row_dot(out, grad_out), "dK": dk, "dV": dv, "dQ": dq,
+               "qk_scale": scale, "query_offset": query_offset or 0}
+    launch_gradient_kernels(BACKWARD_FAMILIES, tensors, causal=query_offset is not None)
     return dq, dk, dv

@@ -21,13 +21,15 @@ from pathlib import Path
 import cuda.tile as ct
 from cuda.tile.compilation import export_kernel
 
+from ..kernels import varlen as varlen_kernels
 from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
-from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
-from .definitions import STEPS, steps_for
 from ..platforms.backward import backward_entry_for
+from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .backward import BACKWARD_FAMILIES, backward_kernel
+from .definitions import STEPS, steps_for
 from .family import KernelFamily, backward_constants, forward_constants
 from .launcher import kernel_for
+from .varlen import VARLEN_BACKWARD_FAMILIES, forward_kernel
 
 CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
 
@@ -63,6 +65,24 @@ def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal:
                                    causal=causal)
     return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
                         dtype=dtype, constants=constants, arch=arch)
+
+
+def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
+                   write_lse: bool = False, query_group: int = 1,
+                   entry: PlatformEntry | None = None) -> bytes:
+    """The cubin of a variable-length kernel ("fmha" for the forward at any head dim, "dkdv"
+    or "dq", kernels/varlen.py) for `arch`, at the launch the launcher takes there."""
+    if name == "fmha":
+        kernel, family, constants = forward_kernel(entry or entry_for(arch), head_dim=head_dim,
+                                                   causal=causal, query_group=query_group,
+                                                   write_lse=write_lse)
+        return export_cubin(kernel, family, dtype=dtype, constants=constants, arch=arch)
+    launch = backward_entry_for(arch).launches[head_dim][name]
+    constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
+                                   causal=causal)
+    return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
+                        VARLEN_BACKWARD_FAMILIES[name], dtype=dtype, constants=constants,
+                        arch=arch)
 
 
 def _cuobjdump(cubin: bytes, option: str) -> str:

@@ -21,20 +21,24 @@ TMA_ALIGNMENT_BYTES = 16  # PyTorch's allocations and strides that are multiples
 
 @dataclass(frozen=True)
 class Tensor:
-    """An array parameter; its dtype is the inputs' (None) or a fixed one."""
+    """An array parameter; its dtype is the inputs' (None) or a fixed one. Its base address
+    is 16-byte aligned, as a PyTorch allocation of a typical size is, unless it may be a
+    view that starts anywhere (`aligned=False`: sequence bounds as slices of cu_seqlens)."""
     name: str
     rank: int
     dtype: ct.DType | None = None
+    aligned: bool = True
 
     def constraint(self, input_dtype: ct.DType) -> ArrayConstraint:
-        """Contiguous, 16-byte aligned, as a PyTorch allocation of a typical size is."""
+        """Last dimension contiguous, other strides multiples of 16 bytes."""
         dtype = self.dtype or input_dtype
         per_alignment = TMA_ALIGNMENT_BYTES // (dtype.bitwidth // 8)
         return ArrayConstraint(dtype, self.rank, index_dtype=ct.int32, stride_lower_bound_incl=0,
                                alias_groups=(), may_alias_internally=False,
                                stride_constant=(None,) * (self.rank - 1) + (1,),
                                stride_divisible_by=(per_alignment,) * (self.rank - 1) + (1,),
-                               base_addr_divisible_by=TMA_ALIGNMENT_BYTES)
+                               base_addr_divisible_by=TMA_ALIGNMENT_BYTES if self.aligned
+                               else dtype.bitwidth // 8)
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,35 @@ FORWARD_TILED_HEAD_DIM = KernelFamily(
 )
 
 
+# Variable-length batches (kernels/varlen.py). Q, K, V, Out, Lse are (batch rows, heads,
+# rows, D) as in the dense families, with every sequence packed in one batch row or each in
+# its own (padding). Each sequence s has rows QueryStarts[s]..QueryEnds[s]-1 of Q, Out and
+# Lse, and KeyStarts[s]..KeyEnds[s]-1 of K and V (int32, one per sequence). Under CAUSAL its
+# diagonal is aligned to its last key, so there is no query_offset. One CTA per TILE_M
+# query rows (dK/dV: TILE_N keys) of the longest sequence, per head and sequence.
+SEQUENCE_BOUNDS = tuple(Tensor(name, 1, ct.int32, aligned=False)
+                        for name in ("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds"))
+
+
+def tiles_per_sequence(length: str, tile: str,
+                       heads_of: str) -> Callable[[dict], tuple[int, int, int]]:
+    """The grid of one CTA per `tile` rows of the longest sequence (`length`: at least one
+    CTA), per head of `heads_of` and per sequence. A CTA strides through the tiles of a
+    longer sequence, so `length` sizes the grid but never limits what is computed."""
+    return lambda values: (max(math.ceil(values[length] / values[tile]), 1),
+                           values[heads_of].shape[1], values["QueryStarts"].shape[0])
+
+
+def _varlen(family: KernelFamily, grid) -> KernelFamily:
+    """`family` over variable-length sequences: the sequence bounds after its tensors, and
+    no query_offset."""
+    tensors = tuple(p for p in family.parameters if isinstance(p, Tensor))
+    settings = tuple(p for p in family.parameters
+                     if not isinstance(p, Tensor) and p.name != "query_offset")
+    return KernelFamily(name=f"{family.name}, variable length",
+                        parameters=tensors + SEQUENCE_BOUNDS + settings, grid=grid)
+
+
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                        causal: bool) -> dict:
     """The compile-time parameters every attention kernel takes (the dK/dV and dQ
@@ -163,3 +196,22 @@ DQ = KernelFamily(
     grid=tiles_per_head("Q", "TILE_M"),
 )
 
+
+FORWARD_VARLEN = _varlen(FORWARD, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))
+
+
+def _tiled_head_dim_varlen_grid(values: dict) -> tuple[int, int, int]:
+    q_tiles, heads, sequences = tiles_per_sequence("max_seqlen_q", "TILE_M", "Q")(values)
+    return q_tiles * (values["TILE_D"] // values["TILE_V"]), heads, sequences
+
+
+# Past D=256, steps 10 and 11 over variable-length sequences: one kernel, whose
+# RESIDENT_QUERY picks step 11's query tile (else step 10's); D / TILE_V CTAs side by side
+# per query tile, as in their dense grid.
+FORWARD_TILED_HEAD_DIM_VARLEN = KernelFamily(
+    name="forward, head dim tiled, variable length",
+    parameters=_varlen(FORWARD_TILED_HEAD_DIM, None).parameters + (Constant("RESIDENT_QUERY"),),
+    grid=_tiled_head_dim_varlen_grid,
+)
+DKDV_VARLEN = _varlen(DKDV, tiles_per_sequence("max_seqlen_k", "TILE_N", "K"))
+DQ_VARLEN = _varlen(DQ, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))

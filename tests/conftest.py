@@ -1,5 +1,6 @@
 """Shared fixtures."""
 
+import math
 from collections import Counter
 
 import pytest
@@ -39,35 +40,90 @@ def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale):
     return tuple(t.to(query.dtype) for t in (dq, dk, dv))
 
 
+def _sequences(q, k, bounds):
+    """Per sequence: (q batch row, query rows, k batch row, key rows), read on the host."""
+    for s, (qs, qe, ks, ke) in enumerate(zip(*(t.tolist() for t in bounds.tensors()))):
+        yield min(s, q.shape[0] - 1), slice(qs, qe), min(s, k.shape[0] - 1), slice(ks, ke)
+
+
+def _alignment(causal: bool):
+    return "bottom_right" if causal else False
+
+
+def reference_varlen_forward(q, k, v, bounds, max_seqlen_q, *, causal, scale, with_lse,
+                             fill=None):
+    """steps.varlen.varlen_forward in float64, sequence by sequence."""
+    out = torch.full_like(q, 0.0 if fill is None else fill)
+    lse = torch.full(q.shape[:-1], 0.0 if fill is None else fill, dtype=torch.float32)
+    for qb, rows, kb, keys in _sequences(q, k, bounds):
+        if rows.stop <= rows.start:
+            continue
+        if keys.stop <= keys.start:
+            out[qb, :, rows], lse[qb, :, rows] = 0.0, -math.inf
+            continue
+        o, l = reference(q[qb:qb + 1, :, rows], k[kb:kb + 1, :, keys], v[kb:kb + 1, :, keys],
+                         causal=_alignment(causal), scale=scale)
+        out[qb, :, rows], lse[qb, :, rows] = o[0].to(q.dtype), l[0].float()
+    return out, (lse if with_lse else None)
+
+
+def reference_varlen_backward(q, k, v, out, lse, grad_out, bounds, max_seqlen_q, max_seqlen_k,
+                              *, causal, scale, fill=None):
+    """steps.varlen.varlen_backward in float64, sequence by sequence."""
+    grads = [torch.full_like(t, 0.0 if fill is None else fill) for t in (q, k, v)]
+    for t in grads[1:]:  # keys no query sees get 0 (written by the kernels too)
+        for _, _, kb, keys in _sequences(q, k, bounds):
+            t[kb, :, keys] = 0.0
+    for qb, rows, kb, keys in _sequences(q, k, bounds):
+        if rows.stop <= rows.start or keys.stop <= keys.start:
+            grads[0][qb, :, rows] = 0.0
+            continue
+        per_sequence = reference_backward(
+            q[qb:qb + 1, :, rows], k[kb:kb + 1, :, keys], v[kb:kb + 1, :, keys],
+            out[qb:qb + 1, :, rows], lse[qb:qb + 1, :, rows], grad_out[qb:qb + 1, :, rows],
+            causal=_alignment(causal), scale=scale)
+        for grad, part, batch, where in zip(grads, per_sequence, (qb, kb, kb), (rows, keys, keys)):
+            grad[batch, :, where] += part[0]
+    return tuple(grads)
+
+
 @pytest.fixture
 def kernels_on_the_cpu(monkeypatch):
     """cutile_fmha.attention's wiring (custom ops, autograd, torch.compile, the
-    transformers backend) with the kernels replaced by the reference, so it runs on the
-    CPU; the kernels themselves are checked on the GPU (test_gpu_*.py). Gives the calls
-    made, by kind ("forward", "backward")."""
-    return count_kernel_calls(monkeypatch, forward=ReferencePlan, backward=reference_backward)
+    transformers backend) and attention_varlen's with the kernels replaced by the
+    reference, so it runs on the CPU; the kernels themselves are checked on the GPU
+    (test_gpu_*.py). Gives the calls made, by kind."""
+    return count_kernel_calls(monkeypatch, forward=ReferencePlan, backward=reference_backward,
+                              varlen_forward=reference_varlen_forward,
+                              varlen_backward=reference_varlen_backward)
 
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-    """The calls cutile_fmha.attention makes to the real kernels, by kind."""
+    """The calls cutile_fmha.attention and attention_varlen make to the real kernels, by
+    kind."""
     return count_kernel_calls(monkeypatch)
 
 
-def count_kernel_calls(monkeypatch, *, forward=None, backward=None) -> Counter:
-    """Counts the forward plans and backward launches cutile_fmha.attention makes (so a
-    test sees that its model really ran them), optionally through stand-ins."""
+def count_kernel_calls(monkeypatch, **stand_ins) -> Counter:
+    """Counts the kernel launches the public entry points make, by kind: "forward" (dense
+    forward plans), "backward", "varlen_forward", "varlen_backward" (so a test sees that
+    its model really ran them), each optionally through a stand-in."""
     import cutile_fmha.dropin as dropin
+    import cutile_fmha.varlen as varlen
 
     calls = Counter()
-
-    def counted(name, fn):
-        def wrapper(*args, **kwargs):
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return wrapper
-
-    monkeypatch.setattr(dropin, "build_plan", counted("forward", forward or dropin.build_plan))
-    monkeypatch.setattr(dropin, "attention_backward",
-                        counted("backward", backward or dropin.attention_backward))
+    for kind, module, name in (("forward", dropin, "build_plan"),
+                               ("backward", dropin, "attention_backward"),
+                               ("varlen_forward", varlen, "varlen_forward"),
+                               ("varlen_backward", varlen, "varlen_backward")):
+        fn = stand_ins.get(kind) or getattr(module, name)
+        monkeypatch.setattr(module, name, _counted(calls, kind, fn))
     return calls
+
+
+def _counted(calls: Counter, name: str, fn):
+    def wrapper(*args, **kwargs):
+        calls[name] += 1
+        return fn(*args, **kwargs)
+    return wrapper

@@ -1,13 +1,15 @@
-"""Every step compiles, without a GPU, for every architecture in the platform tables.
+"""Every kernel compiles, without a GPU, for every architecture in the platform tables.
 
 Each case exports a cubin with the architecture's own table entry (tile sizes, hints and
-tuned launches), as the launcher would launch it there. Hopper (sm_90), the architecture
-we measure on, gets every step over the full grid of head dims, dtypes and causal or not,
-and the covering cases' grouped-query and log-sum-exp variants. The others get every step
-once, at one of three covering cases in turn, which together cover every head dim, both
-dtypes, causal and not, grouped-query heads and the log-sum-exp variant; past D=256 they
-get step 10 or step 11 in turn, at one of three head dims (sm_90: both, at all three). The backward's
-kernels compile at their launches for every head dim on sm_90 and one head dim elsewhere.
+tuned launches), as the launcher would launch it there. Compiles cost seconds each on a CI
+core, so the cases are sampled, not crossed. Hopper (sm_90), the architecture we measure
+on, gets every step at every head dim it runs (past D=256 at three of them), with dtype,
+causal or not, grouped-query heads and the log-sum-exp variant rotating across them.
+Every other architecture gets the step ``attention()`` runs there and, in turn, more
+steps (so each step meets some other architecture too), at a variant in turn, and past
+D=256 step 10 or 11 in turn at D=320. The backward's kernels compile at their launches
+for every head dim on sm_90 and one kernel at one head dim elsewhere; the variable-length
+kernels (kernels/varlen.py) likewise.
 """
 
 import pytest
@@ -15,44 +17,50 @@ import pytest
 from cutile_fmha.kernels import backward as backward_kernels
 from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, entry_for
 from cutile_fmha.platforms.environment import Compiler, find_compiler
-from cutile_fmha.steps import STEPS
 from cutile_fmha.steps import compile as compile_module
 from cutile_fmha.steps.backward import ROW_DOT_TILE_M
-from cutile_fmha.steps.compile import compile_backward, compile_step, export_cubin
+from cutile_fmha.steps.compile import compile_backward, compile_step, compile_varlen, export_cubin
 from cutile_fmha.steps.compile import main as compile_main
+from cutile_fmha.steps.definitions import fastest_step, steps_for
 from cutile_fmha.steps.family import ROW_DOT
 
 FULL_GRID_ARCH = "sm_90"
 # An architecture without a table entry, to compile the default entry.
 DEFAULT_ENTRY_ARCH = "sm_86"
-# (head dim, dtype, causal, write_lse, query heads per K/V head)
-COVERING_CASES = [(64, "float16", True, False, 1), (128, "bfloat16", False, True, 4),
-                  (256, "bfloat16", True, True, 8)]
-FULL_GRID = [(d, t, c, False, 1) for d in HEAD_DIMS for t in ("float16", "bfloat16")
-             for c in (False, True)]
-# Steps 10-11 (head dim tiled): one output slice per query tile, two, and two with the
-# query tile's chunks in two widths (384 = 256 + 128). sm_90 compiles every head dim at
-# its tuned launches in test_machine_code.py.
-LARGE_COVERING_CASES = [(320, "float16", True, False, 1), (768, "bfloat16", False, True, 4),
-                        (1024, "bfloat16", True, True, 8)]
+OTHER_ARCHS = sorted(set(PLATFORMS) - {FULL_GRID_ARCH}) + [DEFAULT_ENTRY_ARCH]
+# (dtype, causal, write_lse, query heads per K/V head), rotated through the cases.
+VARIANTS = [("float16", True, False, 1), ("bfloat16", False, True, 4),
+            ("bfloat16", True, True, 8), ("float16", False, False, 2)]
+SMALL_STEPS = steps_for(HEAD_DIMS[0])
+LARGE_STEPS = steps_for(LARGE_HEAD_DIMS[0])
+# Steps 10-11 (head dim tiled) on sm_90: one output slice per query tile, two, and two with
+# the query tile's chunks in two widths (384 = 256 + 128); every head dim's tuned launch
+# compiles in test_machine_code.py. Elsewhere the smallest.
+LARGE_SAMPLE = (320, 768, 1024)
+
+
+def _param(arch, step, head_dim, variant):
+    dtype, causal, write_lse, group = variant
+    return pytest.param(arch, step, head_dim, dtype, causal, write_lse, group,
+                        id=f"{arch}-step{step}-d{head_dim}-{dtype}-"
+                           f"{'causal' if causal else 'full'}-group{group}"
+                           f"{'-lse' if write_lse else ''}")
 
 
 def _cases():
-    for arch_index, arch in enumerate(sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH]):
-        for step in sorted(STEPS):
-            large = STEPS[step].head_dims == LARGE_HEAD_DIMS
-            covering = LARGE_COVERING_CASES if large else COVERING_CASES
-            combos = [covering[(step + arch_index) % len(covering)]]
-            if arch == FULL_GRID_ARCH:
-                combos = covering if large else \
-                    FULL_GRID + [case for case in COVERING_CASES if case[3]]
-            elif large and step % 2 != arch_index % 2:
-                continue  # one of steps 10 and 11 per architecture, in turn
-            for head_dim, dtype, causal, write_lse, group in combos:
-                yield pytest.param(arch, step, head_dim, dtype, causal, write_lse, group,
-                                   id=f"{arch}-step{step}-d{head_dim}-{dtype}-"
-                                      f"{'causal' if causal else 'full'}-group{group}"
-                                      f"{'-lse' if write_lse else ''}")
+    count = 0
+    for steps, head_dims in ((SMALL_STEPS, HEAD_DIMS), (LARGE_STEPS, LARGE_SAMPLE)):
+        for step in steps:
+            for head_dim in head_dims:
+                yield _param(FULL_GRID_ARCH, step, head_dim, VARIANTS[count % len(VARIANTS)])
+                count += 1
+    for index, arch in enumerate(OTHER_ARCHS):
+        variant = VARIANTS[index % len(VARIANTS)]
+        head_dim = HEAD_DIMS[index % len(HEAD_DIMS)]
+        runs = fastest_step(entry_for(arch), head_dim, variant[1])
+        for step in sorted({runs, *SMALL_STEPS[index::len(OTHER_ARCHS)]}):
+            yield _param(arch, step, head_dim, variant)
+        yield _param(arch, LARGE_STEPS[index % len(LARGE_STEPS)], LARGE_SAMPLE[0], variant)
 
 
 pytestmark = pytest.mark.skipif(find_compiler().path is None, reason="tileiras is not installed")
@@ -100,14 +108,12 @@ def test_compile_command_writes_cubins_for_the_disassembler(tmp_path, capsys):
 
 
 def _backward_cases():
-    archs = sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH]
-    for arch_index, arch in enumerate(archs):
-        # Every head dim on sm_90; one per other architecture, in turn.
-        head_dims = HEAD_DIMS if arch == FULL_GRID_ARCH else \
-            [HEAD_DIMS[arch_index % len(HEAD_DIMS)]]
-        for head_dim in head_dims:
-            for name in ("dkdv", "dq"):
-                yield pytest.param(arch, name, head_dim, id=f"{arch}-{name}-d{head_dim}")
+    for head_dim in HEAD_DIMS:  # every head dim on sm_90; one kernel elsewhere, in turn
+        for name in ("dkdv", "dq"):
+            yield pytest.param(FULL_GRID_ARCH, name, head_dim, id=f"sm_90-{name}-d{head_dim}")
+    for index, arch in enumerate(OTHER_ARCHS):
+        name, head_dim = ("dkdv", "dq")[index % 2], HEAD_DIMS[index % len(HEAD_DIMS)]
+        yield pytest.param(arch, name, head_dim, id=f"{arch}-{name}-d{head_dim}")
 
 
 @pytest.mark.parametrize("arch,name,head_dim", list(_backward_cases()))
@@ -121,4 +127,24 @@ def test_backward_kernel_compiles(arch, name, head_dim):
 def test_row_dot_compiles(arch):
     cubin = export_cubin(backward_kernels.row_dot, ROW_DOT, dtype="float16",
                          constants={"TILE_M": ROW_DOT_TILE_M, "TILE_D": 128}, arch=arch)
+    assert cubin[:4] == b"\x7fELF"
+
+
+def _varlen_cases():
+    # sm_90: the forward at every head dim and both backward kernels; elsewhere one kernel.
+    cases = [(FULL_GRID_ARCH, "fmha", head_dim, VARIANTS[i])
+             for i, head_dim in enumerate(HEAD_DIMS)]
+    cases += [(FULL_GRID_ARCH, name, 128, VARIANTS[2]) for name in ("dkdv", "dq")]
+    cases += [(arch, ("fmha", "dkdv", "dq")[index % 3], HEAD_DIMS[index % len(HEAD_DIMS)],
+               VARIANTS[index % len(VARIANTS)]) for index, arch in enumerate(OTHER_ARCHS)]
+    for arch, name, head_dim, (dtype, causal, write_lse, group) in cases:
+        yield pytest.param(arch, name, head_dim, dtype, causal, write_lse and name == "fmha",
+                           group, id=f"{arch}-{name}-d{head_dim}-{dtype}-"
+                                     f"{'causal' if causal else 'full'}-group{group}")
+
+
+@pytest.mark.parametrize("arch,name,head_dim,dtype,causal,write_lse,group", list(_varlen_cases()))
+def test_varlen_kernel_compiles(arch, name, head_dim, dtype, causal, write_lse, group):
+    cubin = compile_varlen(name, arch, dtype=dtype, head_dim=head_dim, causal=causal,
+                           write_lse=write_lse, query_group=group)
     assert cubin[:4] == b"\x7fELF"

@@ -6,18 +6,40 @@ from pathlib import Path
 import pytest
 import torch
 
+from cutile_fmha.kernels import varlen
+from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
 from cutile_fmha.platforms import TileShape
 from cutile_fmha.steps import STEPS
-from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
-from cutile_fmha.steps.family import FORWARD, FORWARD_TILED_HEAD_DIM, forward_constants
+from cutile_fmha.steps.family import (DKDV_VARLEN, DQ_VARLEN, FORWARD, FORWARD_TILED_HEAD_DIM,
+                                      FORWARD_VARLEN, forward_constants)
+
+
+def parameters_of(source_file: str, kernel: str) -> tuple[str, ...]:
+    module = ast.parse(Path(source_file).read_text())
+    [node] = [node for node in module.body
+              if isinstance(node, ast.FunctionDef) and node.name == kernel]
+    return tuple(arg.arg for arg in node.args.args)
 
 
 @pytest.mark.parametrize("step", sorted(STEPS))
 def test_every_step_takes_its_family_parameters_in_order(step):
-    module = ast.parse(Path(STEPS[step].source_file).read_text())
-    [kernel] = [node for node in module.body
-                if isinstance(node, ast.FunctionDef) and node.name == "fmha"]
-    assert tuple(arg.arg for arg in kernel.args.args) == STEPS[step].family.names
+    assert parameters_of(STEPS[step].source_file, "fmha") == STEPS[step].family.names
+
+
+@pytest.mark.parametrize("kernel,family", [("fmha", FORWARD_VARLEN), ("dkdv", DKDV_VARLEN),
+                                           ("dq", DQ_VARLEN)])
+def test_variable_length_kernels_take_their_family_parameters_in_order(kernel, family):
+    assert parameters_of(varlen.__file__, kernel) == family.names
+
+
+def test_variable_length_grid_is_longest_sequence_tiles_by_heads_by_sequences():
+    q = torch.empty(1, 8, 5000, 64, device="meta")
+    bounds = {name: torch.empty(7, dtype=torch.int32, device="meta")
+              for name in ("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds")}
+    values = {"Q": q, **bounds, **forward_constants(64, TileShape(128, 64), causal=True,
+                                                    write_lse=False)}
+    assert FORWARD_VARLEN.grid(values | {"max_seqlen_q": 1000}) == (8, 8, 7)
+    assert FORWARD_VARLEN.grid(values | {"max_seqlen_q": 0}) == (1, 8, 7)  # at least one
 
 
 def test_arguments_follow_the_parameter_order_and_refuse_missing_values():

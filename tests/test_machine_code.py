@@ -18,7 +18,8 @@ from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, entry_for
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.compile import compile_step, export_cubin, resource_usage, sass
+from cutile_fmha.steps.compile import (compile_step, compile_varlen, export_cubin,
+                                       resource_usage, sass)
 from cutile_fmha.steps.definitions import fastest_step, step_of
 from cutile_fmha.steps.family import forward_constants
 
@@ -84,9 +85,9 @@ def kernel_without_lse_code(step: int, folder: Path):
 
 
 def sm90_sass(step: int, kernel, *, write_lse: bool) -> str:
-    """`kernel` (step `step`'s, or a variant of it) at D=128, or past D=256 at D=512, with
+    """`kernel` (step `step`'s, or a variant of it) at D=128, or past D=256 at D=320, with
     the step's sm_90 tiles."""
-    head_dim = 128 if 128 in STEPS[step].head_dims else 512
+    head_dim = 128 if 128 in STEPS[step].head_dims else 320
     tiles, _ = STEPS[step].launch_config(entry_for("sm_90"), native=True, head_dim=head_dim,
                                          causal=True)
     constants = forward_constants(head_dim, tiles, causal=True, write_lse=write_lse)
@@ -101,3 +102,15 @@ def test_log_sum_exp_costs_nothing_when_off(step, tmp_path):
     off = sm90_sass(step, STEPS[step].kernel, write_lse=False)
     assert off == sm90_sass(step, kernel_without_lse_code(step, tmp_path), write_lse=False)
     assert off != sm90_sass(step, STEPS[step].kernel, write_lse=True)
+
+
+@pytest.mark.parametrize("name,causal", [("fmha", True), ("fmha", False), ("dkdv", True),
+                                         ("dq", True)])
+def test_variable_length_kernels_keep_warpgroup_mma_and_tma_loads_without_spills(name, causal):
+    """Views of one sequence (Array.slice) are still TMA loads, from descriptors the CTA
+    makes, and the varlen kernels' extra bookkeeping spills nothing at D=128."""
+    cubin = compile_varlen(name, "sm_90", dtype="bfloat16", head_dim=128, causal=causal,
+                           write_lse=name == "fmha", query_group=4)
+    usage, code = resource_usage(cubin), sass(cubin)
+    assert "HGMMA" in code and "UTMALDG" in code
+    assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage

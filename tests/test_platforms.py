@@ -16,6 +16,7 @@ from cutile_fmha.platforms.entry import SOURCES
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
+from cutile_fmha.steps.varlen import VARLEN_STEP
 
 ENTRIES = list(PLATFORMS.values()) + [DEFAULT]
 
@@ -94,11 +95,16 @@ def test_worker_warps_by_target_lists_the_architectures_that_set_it():
 
 @pytest.mark.parametrize("path", sorted(tuned.TUNED_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_tuned_files_load_and_name_tuned_steps(path):
-    arch = path.stem.removesuffix("-large-head-dims")
+    arch = path.stem.removesuffix("-large-head-dims").removesuffix("-varlen")
     assert arch in PLATFORMS, f"{path.name} is for an architecture without an entry"
     loaded = tuned.load_tuned(arch)
-    assert loaded["tuned"] == PLATFORMS[arch].tuned and loaded["tuned_note"]
-    for (head_dim, causal), launch in loaded["tuned"].items():
+    if path.stem.endswith("-varlen"):  # the variable-length forward runs step 9's query tile
+        assert loaded["varlen_tuned"] == PLATFORMS[arch].varlen_tuned
+        assert {launch.step for launch in loaded["varlen_tuned"].values()} == {VARLEN_STEP}
+    else:
+        assert loaded["tuned"] == PLATFORMS[arch].tuned and loaded["tuned_note"]
+    for (head_dim, causal), launch in loaded.get("varlen_tuned" if path.stem.endswith(
+            "-varlen") else "tuned", {}).items():
         assert head_dim in STEPS[launch.step].head_dims and isinstance(causal, bool)
         assert STEPS[launch.step].launch == "tuned"
         for size in (launch.tiles.tile_m, launch.tiles.tile_n):
@@ -127,6 +133,10 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
     assert launches[(64, False)].hints() == {"occupancy": 2, "num_worker_warps": None,
                                              "num_ctas": 2}
     assert tuned.load_tuned("sm_80") == {}  # never tuned there
+    varlen = {(128, True): TunedLaunch(9, TileShape(64, 128), 2, None)}
+    tuned.write_tuned("sm_90", CONTEXT, varlen, [], tuned.tuned_path("sm_90", varlen=True))
+    assert tuned.load_tuned("sm_90")["varlen_tuned"] == varlen
+    assert tuned.load_tuned("sm_90")["tuned"] == launches | large
 
 
 def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):

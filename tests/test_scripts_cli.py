@@ -11,13 +11,14 @@ from cutile_fmha.assets import fmha_autotune as autotune
 from cutile_fmha.assets import fmha_backward_benchmark as backward
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
+from cutile_fmha.assets import fmha_varlen_benchmark as varlen
 from cutile_fmha.assets import measure
 from cutile_fmha.steps import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis.py",
            "assets/fmha_autotune.py", "assets/fmha_backward_benchmark.py",
-           "assets/fmha_llama_demo.py"]
+           "assets/fmha_llama_demo.py", "assets/fmha_varlen_benchmark.py"]
 
 
 def test_tutorial_defaults_are_the_guides_configuration():
@@ -83,6 +84,16 @@ def test_autotune_past_head_dim_256_searches_steps_10_and_11_at_ffpas_shape(caps
     with pytest.raises(SystemExit):  # the two groups go to separate files
         autotune.parse_args(["--head-dim", "256", "512"])
     assert "separate runs" in capsys.readouterr().err
+
+
+def test_autotune_searches_the_variable_length_forward_over_step_9s_candidates():
+    args = autotune.parse_args(["--varlen", "--head-dim", "64", "128"])
+    assert args.varlen and args.batch == 4
+    launches = autotune.candidates("sm_90", 128, varlen=True)
+    assert {launch.step for launch in launches} == {9}
+    assert len(launches) == len(autotune.candidates("sm_90", 128)) // 3
+    with pytest.raises(SystemExit):
+        autotune.parse_args(["--varlen", "--head-dim", "512"])
 
 
 def test_autotune_tunes_the_tuned_steps():
@@ -159,3 +170,15 @@ def test_backward_benchmark_defaults_are_the_targets_shapes():
     assert args.dtypes == ["float16", "bfloat16"] and args.sdpa_backends == ["flash", "cudnn"]
     with pytest.raises(SystemExit):
         backward.parse_args(["--sdpa-backends", "math"])
+
+
+def test_varlen_benchmark_packs_the_stated_distribution():
+    args = varlen.parse_args([])
+    assert (args.tokens, args.min_len, args.max_len) == (65536, 256, 8192)
+    assert args.head_dims == [64, 128] and args.dtypes == ["bfloat16"]
+    lengths = varlen.sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
+    assert sum(lengths) == 65536 and all(0 < n <= 8192 for n in lengths)
+    assert all(n >= 256 for n in lengths[:-1])  # the last one cut to fit
+    assert lengths == varlen.sequence_lengths(65536, 256, 8192, 0)  # seeded
+    with pytest.raises(SystemExit):
+        varlen.parse_args(["--min-len", "9000"])

@@ -77,15 +77,28 @@ def test_backward_benchmark_end_to_end(tmp_path):
     assert len(ours) == 2 and all(r["tflops"] > 0 and r["vs_flash"] > 0 for r in ours)
 
 
+def test_varlen_benchmark_end_to_end(tmp_path):
+    from cutile_fmha.assets import fmha_varlen_benchmark as varlen
+
+    status = varlen.main(["--tokens", "3000", "--min-len", "100", "--max-len", "1200",
+                          "--head-dims", "64", "--heads", "4", "--kv-heads", "2", "--rounds", "2",
+                          "--json", str(tmp_path / "v.json")])
+    assert status == 0
+    rows = json.loads((tmp_path / "v.json").read_text())["results"]
+    ours = [r for r in rows if r["method"] == varlen.OURS]
+    assert len(ours) == 4 and all(r["tflops"] > 0 and r["vs_dense"] > 0 for r in ours)
+
+
 def test_llama_demo_end_to_end(capsys, kernel_calls):
     pytest.importorskip("transformers")
     from cutile_fmha.assets import fmha_llama_demo as demo
 
     status = demo.main(["--layers", "2", "--hidden-size", "512", "--heads", "4", "--kv-heads",
                         "2", "--vocab-size", "512", "--batch", "2", "--seq-len", "300",
-                        "--train-steps", "4"])
+                        "--train-steps", "4", "--new-tokens", "3"])
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert "tokens/s" in printed and printed.rstrip().endswith("OK")
-    # two layers: prefill once for the logits and 4 times timed, then 4 training steps
-    assert kernel_calls == {"forward": 2 * (1 + 4 + 4), "backward": 2 * 4}
+    # two layers, as in test_transformers_backend.py's CPU run of the demo
+    assert kernel_calls == {"forward": 2 * (1 + 4 + 4), "backward": 2 * 4,
+                            "varlen_forward": 2 * (1 + 4 + 3 * 3 + 4), "varlen_backward": 2 * 4}

@@ -10,6 +10,8 @@ transformers = pytest.importorskip("transformers")
 
 from cutile_fmha import transformers_backend as backend  # noqa: E402
 
+SDPA_NAME = "sdpa"
+
 
 def test_registers_under_its_own_name_and_never_replaces_transformers_own():
     from transformers import AttentionInterface
@@ -22,34 +24,56 @@ def test_registers_under_its_own_name_and_never_replaces_transformers_own():
     assert AttentionInterface()["sdpa"] is not backend.attention_forward
 
 
-def causal(q_len, k_len):
-    rows, keys = torch.arange(q_len)[:, None], torch.arange(k_len)[None, :]
-    return (keys <= rows + k_len - q_len).expand(2, 1, q_len, k_len)
+def test_the_mask_it_registers_hands_over_padding_only():
+    from transformers.masking_utils import causal_mask_function
+
+    ones = torch.ones(2, 6, dtype=torch.bool)
+    assert backend.padding_mask(2, 6, 6, mask_function=causal_mask_function,
+                                attention_mask=ones) is None
+    assert backend.padding_mask(2, 6, 6, mask_function=causal_mask_function) is None
+    left = ones.clone()
+    left[1, :2] = False
+    assert torch.equal(backend.padding_mask(2, 6, 6, mask_function=causal_mask_function,
+                                            attention_mask=left.long()), left)
+    # A StaticCache: the mask is shorter than the cache, which it bounds even unpadded.
+    assert torch.equal(backend.padding_mask(2, 1, 9, mask_function=causal_mask_function,
+                                            attention_mask=ones), ones)
 
 
-def is_lower_right(mask, q_len, k_len):
-    return (isinstance(mask, CausalBias) and mask.variant == CausalVariant.LOWER_RIGHT
-            and (mask.seq_len_q, mask.seq_len_kv) == (q_len, k_len))
+def test_a_mask_with_holes_or_other_shapes_raises():
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+
+    holes = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    with pytest.raises(ValueError, match="padding between real tokens"):
+        backend.padding_mask(2, 4, 4, mask_function=causal_mask_function, attention_mask=holes)
+    with pytest.raises(ValueError, match=r"supports causal or bidirectional .* also uses "
+                                         r"\['sliding_window_overlay"):
+        backend.padding_mask(2, 4, 4, mask_function=sliding_window_causal_mask_function(2))
+    q = torch.zeros(1, 2, 4, 64)
+    with pytest.raises(ValueError, match=r"got a mask of shape \(1, 1, 4, 4\)"):
+        backend.attention_forward(torch.nn.Module(), q, q, q, torch.ones(1, 1, 4, 4))
 
 
-def test_masks_the_kernels_compute_themselves():
-    assert is_lower_right(backend.causal_mask_of(None, 5, 5, True), 5, 5)
-    assert is_lower_right(backend.causal_mask_of(None, 3, 8, True), 3, 8)  # after a cache
-    assert backend.causal_mask_of(None, 1, 8, True) is None  # decoding sees every key
-    assert backend.causal_mask_of(None, 5, 5, False) is None
-    assert is_lower_right(backend.causal_mask_of(causal(4, 6), 4, 6, True), 4, 6)
-    additive = torch.zeros(2, 1, 4, 6).masked_fill(~causal(4, 6), torch.finfo(torch.float32).min)
-    assert is_lower_right(backend.causal_mask_of(additive, 4, 6, True), 4, 6)
-    assert backend.causal_mask_of(torch.ones(2, 1, 4, 6, dtype=torch.bool), 4, 6, True) is None
+def test_sequence_bounds_of_left_and_right_padding():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]],
+                        dtype=torch.bool)
+    bounds = backend.bounds_of_padding(mask, 5)  # prefill: queries are every column
+    assert [t.tolist() for t in bounds.tensors()] == [[2, 0, 0, 0], [5, 3, 5, 0],
+                                                      [2, 0, 0, 0], [5, 3, 5, 0]]
+    assert all(t.dtype == torch.int32 for t in bounds.tensors())
+    bounds = backend.bounds_of_padding(mask, 1)  # decoding: the query is the last column
+    assert [t.tolist() for t in bounds.tensors()[:2]] == [[0, 0, 0, 0], [1, 0, 1, 0]]
+    assert backend.bounds_of_padding(mask, 1) is bounds  # once per mask, not per layer
 
 
-def test_a_padding_mask_is_refused_not_ignored():
-    padded = causal(4, 4).clone()
-    padded[1, :, :, 0] = False  # the second sequence is left-padded
-    with pytest.raises(ValueError, match="hides keys other than the causal ones"):
-        backend.causal_mask_of(padded, 4, 4, True)
-    with pytest.raises(ValueError, match=r"attention_mask must be \(batch, 1 or heads, 4, 4\)"):
-        backend.causal_mask_of(torch.ones(4, 4, dtype=torch.bool), 4, 4, True)
+def test_packed_sequences_from_positions():
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]])
+    cu_seqlens, longest = backend.packed_sequences_of_positions(positions, 9)
+    assert cu_seqlens.tolist() == [0, 3, 5, 9] and longest == 4
+    assert cu_seqlens.dtype == torch.int32
+    assert backend.packed_sequences_of_positions(torch.arange(9)[None], 9) is None
+    assert backend.packed_sequences_of_positions(torch.arange(5, 14)[None], 9) is None
+    assert backend.packed_sequences_of_positions(positions.expand(2, -1), 9) is None
 
 
 @pytest.mark.parametrize("option,value", [("softcap", 30.0), ("sliding_window", 4096),
@@ -71,21 +95,92 @@ def tiny_llama(attn_implementation):
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation).eval()
 
 
-def test_a_small_llama_gives_sdpas_logits_and_gradients(kernels_on_the_cpu):
-    name = backend.register()
-    ours, sdpa = tiny_llama(name), tiny_llama("sdpa")
+def twin_llamas():
+    ours, sdpa = tiny_llama(backend.register()), tiny_llama("sdpa")
     sdpa.load_state_dict(ours.state_dict())
-    tokens = torch.randint(0, 128, (2, 33), generator=torch.Generator().manual_seed(1))
+    return ours, sdpa
+
+
+def tokens_of(shape, seed=1):
+    return torch.randint(1, 128, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_small_llama_gives_sdpas_logits_and_gradients(kernels_on_the_cpu):
+    ours, sdpa = twin_llamas()
+    tokens = tokens_of((2, 33))
     with torch.no_grad():
         torch.testing.assert_close(ours(tokens).logits, sdpa(tokens).logits, rtol=1e-4, atol=1e-4)
     loss = ours(tokens, labels=tokens).loss
     loss.backward()
     assert torch.isfinite(loss) and all(p.grad is not None for p in ours.parameters())
     assert kernels_on_the_cpu == {"forward": 2 * 2, "backward": 2}  # 2 layers
-    padded = torch.ones_like(tokens)
-    padded[1, :3] = 0
-    with pytest.raises(ValueError, match="hides keys other than the causal ones"):
-        ours(tokens, attention_mask=padded)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_batches_give_sdpas_logits_and_gradients(side, kernels_on_the_cpu):
+    ours, sdpa = twin_llamas()
+    tokens, mask = tokens_of((3, 20)), torch.ones(3, 20, dtype=torch.long)
+    for row, pad in ((1, 5), (2, 19)):
+        mask[row, slice(None, pad) if side == "left" else slice(-pad, None)] = 0
+    real = mask.bool()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens, attention_mask=mask).logits[real],
+                                   sdpa(tokens, attention_mask=mask).logits[real],
+                                   rtol=1e-4, atol=1e-4)
+    assert kernels_on_the_cpu["varlen_forward"] == 2 and not kernels_on_the_cpu["forward"]
+    labels = tokens.masked_fill(~real, -100)
+    for model in (ours, sdpa):
+        model(tokens, attention_mask=mask, labels=labels).loss.backward()
+    for (name, mine), theirs in zip(ours.named_parameters(), sdpa.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-3, atol=1e-5, msg=name)
+    assert kernels_on_the_cpu["varlen_backward"] == 2
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generate_on_a_left_padded_batch_gives_sdpas_tokens(cache, kernels_on_the_cpu):
+    ours, sdpa = twin_llamas()
+    tokens, mask = tokens_of((3, 12), seed=4), torch.ones(3, 12, dtype=torch.long)
+    mask[0, :4], mask[2, :9] = 0, 0
+    options = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    if cache == "static":
+        options["cache_implementation"] = "static"
+    assert torch.equal(ours.generate(tokens, **options), sdpa.generate(tokens, **options))
+    assert kernels_on_the_cpu["varlen_forward"] == 2 * 6  # prefill and 5 decoding steps
+
+
+def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients(kernels_on_the_cpu):
+    lengths = [7, 12, 5]
+    ours = tiny_llama(backend.register())
+    twin = tiny_llama(backend.register())
+    twin.load_state_dict(ours.state_dict())
+    sequences = [tokens_of((1, n), seed=n)[0] for n in lengths]
+    packed = torch.cat(sequences)[None]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
+    labels = torch.cat([torch.cat([torch.tensor([-100]), s[1:]]) for s in sequences])[None]
+    ours(packed, position_ids=positions, labels=labels).loss.backward()
+    padded = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    mask = torch.zeros_like(padded)
+    for row, s in enumerate(sequences):
+        padded[row, :len(s)], mask[row, :len(s)] = s, 1
+    padded_labels = padded.masked_fill(mask == 0, -100)
+    padded_labels[:, 0] = -100
+    # Per-token mean: the padded batch's loss counts the same tokens.
+    twin(padded, attention_mask=mask, labels=padded_labels).loss.backward()
+    for (name, mine), theirs in zip(ours.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-3, atol=1e-5, msg=name)
+    # Packed: the first model ran varlen over cu_seqlens found in the positions.
+    assert kernels_on_the_cpu["varlen_forward"] == 2 * 2 and not kernels_on_the_cpu["forward"]
+
+
+def test_flash_style_packing_keywords_are_used_as_given(kernels_on_the_cpu):
+    q, k = torch.randn(1, 4, 9, 64), torch.randn(1, 2, 9, 64)
+    cu_seqlens = torch.tensor([0, 4, 9], dtype=torch.int32)
+    out, _ = backend.attention_forward(torch.nn.Module(), q, k, k, None, cu_seq_lens_q=cu_seqlens,
+                                       cu_seq_lens_k=cu_seqlens, max_length_q=5, max_length_k=5)
+    first, _ = backend.attention_forward(torch.nn.Module(), q[:, :, :4], k[:, :, :4],
+                                         k[:, :, :4], None)
+    torch.testing.assert_close(out[:, :4], first)
+    assert kernels_on_the_cpu["varlen_forward"] == 1
 
 
 def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
@@ -93,12 +188,19 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
 
     args = demo.parse_args(["--layers", "1", "--hidden-size", "256", "--heads", "4",
                             "--kv-heads", "2", "--vocab-size", "64", "--batch", "2",
-                            "--seq-len", "40", "--train-steps", "4", "--dtype", "float16"])
+                            "--seq-len", "40", "--train-steps", "4", "--new-tokens", "3",
+                            "--dtype", "float16"])
     # float32: what the kernels' CPU stand-in computes in; on the GPU the demo runs fp16/bf16
     result = demo.run(args, torch.device("cpu"), dtype=torch.float32)
     text, ok = demo.report(result, args)
     assert ok, text
-    assert result["max_logit_difference"] < 1e-4 and len(result["losses"]["cutile_fmha"]) == 4
-    # one layer: prefill once for the logits and 4 times timed, then 4 training steps
-    assert kernels_on_the_cpu == {"forward": 1 + 4 + 4, "backward": 4}
-    assert "tokens/s" in text and "prefill" in text
+    assert result["max_logit_difference"] < 1e-4 and result["padded_logit_difference"] < 1e-4
+    assert len(result["losses"]["cutile_fmha"]) == len(result["packed_losses"][SDPA_NAME]) == 4
+    assert result["generate"]["agreeing"] == result["generate"]["tokens"] == 2 * 3
+    # one layer. Dense: prefill once for the logits and 4 times timed, 4 training steps.
+    # Variable length: the padded prefill once and 4 times timed, generate() three times
+    # (prefill and 2 decoding steps each), 4 packed training steps.
+    assert kernels_on_the_cpu == {"forward": 1 + 4 + 4, "backward": 4,
+                                  "varlen_forward": 1 + 4 + 3 * 3 + 4, "varlen_backward": 4}
+    for line in ("tokens/s", "padded prefill", "packed training", "generate() of 3 tokens"):
+        assert line in text

@@ -1,0 +1,193 @@
+"""Variable-length batches, as flash-attn's ``flash_attn_varlen_func`` takes them.
+
+``attention_varlen`` runs a batch of sequences of different lengths packed end to end
+(no padding), each attending only to its own keys, in one launch and with no host
+synchronisation. The same custom operators serve the transformers backend's padded
+batches, where each sequence sits in a batch row of its own (``packed_attention`` takes
+both layouts).
+"""
+
+import torch
+
+from .dropin import _needs_grad
+from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
+                             softmax_scale)
+from .steps.varlen import SequenceBounds, varlen_backward, varlen_forward
+
+__all__ = ["attention_varlen"]
+
+
+# Custom operators, as the dense ones in dropin.py: one opaque call for torch.compile, with
+# autograd. The tensors are (batch rows, heads, rows, D), the bounds int32 per sequence.
+@torch.library.custom_op("cutile_fmha::varlen_forward", mutates_args=())
+def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             query_starts: torch.Tensor, query_ends: torch.Tensor, key_starts: torch.Tensor,
+             key_ends: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+             scale: float, with_lse: bool, fill: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse); lse is an empty tensor unless with_lse. max_seqlen_k sizes the
+    backward's grid; `fill`: what rows outside every sequence hold (steps/varlen.py)."""
+    bounds = SequenceBounds(query_starts, query_ends, key_starts, key_ends)
+    out, lse = varlen_forward(query, key, value, bounds, max_seqlen_q, causal=causal,
+                              scale=scale, with_lse=with_lse, fill=fill)
+    return out, lse if with_lse else out.new_empty(0, dtype=torch.float32)
+
+
+@_forward.register_fake
+def _(query, key, value, query_starts, query_ends, key_starts, key_ends, max_seqlen_q,
+      max_seqlen_k, causal, scale, with_lse, fill):
+    lse_shape = query.shape[:-1] if with_lse else (0,)
+    return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("cutile_fmha::varlen_backward", mutates_args=())
+def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+              value: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+              query_starts: torch.Tensor, query_ends: torch.Tensor, key_starts: torch.Tensor,
+              key_ends: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+              scale: float, fill: float | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_out = grad_out.to(out.dtype)
+    if grad_out.stride(-1) != 1:
+        grad_out = grad_out.contiguous()
+    bounds = SequenceBounds(query_starts, query_ends, key_starts, key_ends)
+    return varlen_backward(query, key, value, out, lse, grad_out, bounds, max_seqlen_q,
+                           max_seqlen_k, causal=causal, scale=scale, fill=fill)
+
+
+@_backward.register_fake
+def _(grad_out, query, key, value, out, lse, query_starts, query_ends, key_starts, key_ends,
+      max_seqlen_q, max_seqlen_k, causal, scale, fill):
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+
+def _save_for_backward(ctx, inputs, output):
+    (query, key, value, *bounds, max_seqlen_q, max_seqlen_k, causal, scale, with_lse,
+     fill) = inputs
+    if not with_lse:
+        raise RuntimeError("cutile_fmha::varlen_forward ran without its LSE, which the "
+                           "backward needs: call it with with_lse=True when inputs require grad")
+    ctx.save_for_backward(query, key, value, *output, *bounds)
+    ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
+    ctx.causal, ctx.scale, ctx.fill = causal, scale, fill
+
+
+def _gradients(ctx, grad_out, _grad_lse):
+    dq, dk, dv = _backward(grad_out, *ctx.saved_tensors, ctx.max_seqlen_q, ctx.max_seqlen_k,
+                           ctx.causal, ctx.scale, ctx.fill)
+    return (dq, dk, dv) + (None,) * 10
+
+
+_forward.register_autograd(_gradients, setup_context=_save_for_backward)
+
+
+def _check_cu_seqlens(name: str, cu_seqlens, query: torch.Tensor) -> torch.Tensor:
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32 (as flash-attn takes it), got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"{name} must be 1-D with batch + 1 entries (at least 2), got shape "
+                         f"{tuple(cu_seqlens.shape)}")
+    if cu_seqlens.device != query.device:
+        raise ValueError(f"{name} must be on query's device {query.device} (the kernels read "
+                         f"it there, with no copy to the host), got {cu_seqlens.device}")
+    return cu_seqlens.contiguous()
+
+
+def _check_max_seqlen(name: str, max_seqlen) -> int:
+    if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int):
+        raise TypeError(f"{name} must be an int, got {type(max_seqlen).__name__}")
+    if max_seqlen < 0:
+        raise ValueError(f"{name} must be at least 0, got {max_seqlen}")
+    return max_seqlen
+
+
+def _check_packed(query, key, value) -> None:
+    names = Names(q="query", k="key", v="value")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have 3 dimensions (total tokens, heads, head_dim), "
+                             f"packed as flash-attn packs them, got shape {tuple(t.shape)}")
+    if key.shape[0] != value.shape[0]:
+        raise ValueError(f"key and value must have the same number of tokens, got shapes "
+                         f"{tuple(key.shape)} and {tuple(value.shape)}")
+    if query.shape[0] and key.shape[0]:  # the dense checks, on the (1, heads, tokens, D) views
+        _check_shapes(*(t.transpose(0, 1)[None] for t in (query, key, value)), names)
+    elif query.dtype not in DTYPES or {key.dtype, value.dtype} != {query.dtype}:
+        raise TypeError(f"query, key and value must share one dtype, float16 or bfloat16, got "
+                        f"{query.dtype}, {key.dtype}, {value.dtype}")
+
+
+def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     *, is_causal=False, scale=None, return_lse=False):
+    """Attention over a batch of sequences of different lengths packed end to end, as
+    flash-attn's ``flash_attn_varlen_func``.
+
+    query: (total_q, heads, D); key, value: (total_k, kv_heads, D), kv_heads dividing heads
+    (grouped-query: query head h reads K/V head h // (heads // kv_heads), no copy); float16
+    or bfloat16 on one CUDA device, last dimension contiguous; D as ``attention`` takes it
+    (64, 128, 256 and 320-1024 forward; the backward 64, 128, 256).
+    cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) on query's device: sequence i is query
+    rows cu_seqlens_q[i]..cu_seqlens_q[i+1]-1 and key rows cu_seqlens_k[i]..
+    cu_seqlens_k[i+1]-1. They must start at 0, never decrease and end at total_q and
+    total_k; that is not checked, since it would read them on the host: bounds that are
+    wrong give wrong rows, never a read or write outside the tensors.
+    max_seqlen_q, max_seqlen_k: the longest query and key sequence, which size the grid.
+    Not checked either (that would read cu_seqlens on the host). Below the truth, the
+    forward still computes every row (with fewer CTAs), but the backward writes NaN to the
+    gradient rows past the grid: loud, never silently wrong.
+    is_causal: each sequence's query i sees its keys 0..i + k_len - q_len: the diagonal is
+        aligned to the sequence's last key (bottom right, as flash-attn aligns varlen
+        batches; the same as top left where q_len == k_len). A sequence with no keys, and
+        a query row that sees none, give zeros (LSE -inf).
+    scale: softmax scale, default 1/sqrt(D). return_lse: also return the log-sum-exp,
+        float32 (heads, total_q), natural log, as flash-attn returns it.
+
+    Returns out (total_q, heads, D), contiguous, or (out, lse). Differentiable in query,
+    key and value (autograd and torch.compile); the LSE is not.
+    """
+    _check_packed(query, key, value)
+    cu_seqlens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, query)
+    cu_seqlens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, query)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one entry per sequence "
+                         f"and one more, so the same length, got {cu_seqlens_q.numel()} and "
+                         f"{cu_seqlens_k.numel()}")
+    if cu_seqlens_q.numel() - 1 > MAX_GRID_YZ:
+        raise ValueError(f"at most {MAX_GRID_YZ} sequences, got {cu_seqlens_q.numel() - 1}")
+    max_seqlen_q = _check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    scale = softmax_scale(scale, query.shape[-1])
+    _check_devices([("query", query), ("key", key), ("value", value)])  # last: see launcher.py
+    if query.shape[0] == 0:  # nothing to compute (SDPA returns an empty tensor too)
+        out = query.new_empty(query.shape)
+        lse = query.new_empty((query.shape[1], 0), dtype=torch.float32)
+        return (out, lse) if return_lse else out
+    if key.shape[0] == 0:
+        # No keys at all: one zero row the bounds never reach keeps the launch (and the
+        # gradient's path to key and value) as for any batch; every row gives 0.
+        key, value = (torch.cat([t, t.new_zeros((1,) + t.shape[1:])]) for t in (key, value))
+    out, lse = packed_attention(*(t.transpose(0, 1)[None] for t in (query, key, value)),
+                                SequenceBounds.packed(cu_seqlens_q, cu_seqlens_k), max_seqlen_q,
+                                max_seqlen_k, causal=is_causal, scale=scale, with_lse=return_lse)
+    out = out[0].transpose(0, 1)
+    return (out, lse[0]) if return_lse else out
+
+
+def packed_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: int,
+                     max_seqlen_k: int, *, causal: bool, scale: float | None,
+                     with_lse: bool = False, fill: float | None = None):
+    """The variable-length operator on (batch rows, heads, rows, D) tensors, checked as
+    their producer (``attention_varlen``, the transformers backend) made them: (out, lse)
+    with lse None unless `with_lse`. Differentiable in query, key and value."""
+    scale = softmax_scale(scale, query.shape[-1])
+    needs_lse = with_lse or _needs_grad(query, key, value)
+    out, lse = _forward(query, key, value, *bounds.tensors(), max_seqlen_q, max_seqlen_k, causal,
+                        scale, needs_lse, fill)
+    return out, (lse.detach() if with_lse else None)

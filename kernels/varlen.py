@@ -1,0 +1,181 @@
+"""Variable-length batches: each sequence its own rows of Q, K and V, found from its bounds.
+
+A batch of sequences of different lengths comes two ways: packed end to end with no
+padding (flash-attn's ``cu_seqlens``: one batch row holding every sequence) or padded to
+one length (a batch row per sequence, its tokens somewhere inside it: left or right
+padding). Both are a (batch rows, heads, rows, D) array and, per sequence s, the first and
+one-past-last row of its queries and of its keys (QueryStarts[s], QueryEnds[s], ...); a
+sequence lives in batch row s, or in row 0 when the array has only one.
+
+One CTA per (query tile, head, sequence) reads those four numbers, takes views of Q, K, V,
+Out and Lse that start at the sequence and end with it (``Array.slice``: no copy, the
+loads stay TMA loads and see zero past the sequence's last row), and runs the dense
+kernel's own code on them: the forward is ``attend_query_tile`` of step 9 (past D=256,
+of step 10 or 11), the backward the dK/dV and dQ tiles of kernels/backward.py. Under
+CAUSAL each sequence's diagonal is aligned to its last key (bottom right, as flash-attn
+aligns varlen batches). A sequence with no keys gives zeros and an LSE of -inf.
+
+The grid is sized from the longest sequence the caller names. In the forward each CTA
+strides through its sequence's tiles by the grid's width, so a sequence longer than the
+caller said is still computed in full, with less parallelism. The backward's kernels do
+one tile per CTA (the same loop there made the compiler spill 400-850 bytes per thread at
+D=128 on sm_90): the last CTA of a row writes NaN to the tiles past the grid, so a
+max_seqlen below the truth gives NaN gradients, never silently wrong ones. Bounds are
+clamped to the arrays: bounds that are wrong give wrong rows, never a read or write
+outside the tensors.
+"""
+
+import math
+
+import cuda.tile as ct
+
+from ..platforms import occupancy_by_target, worker_warps_by_target
+from . import step10_head_dim_tiling as head_dim_tiling
+from . import step11_resident_query as resident_query
+from .backward import dkdv_key_tile, dq_query_tile
+from .common import ConstBool, ConstInt
+from .step9_unmasked_loop import attend_query_tile
+from .step10_head_dim_tiling import output_chunks
+
+
+def sequence_bounds(Starts, Ends, sequence, rows):
+    """The sequence's first row and its number of rows, clamped to an axis of `rows` rows.
+    The first row of an empty sequence may be one before its start: a slice must start
+    inside the array, and an empty one starts anywhere."""
+    start = max(ct.gather(Starts, sequence), 0)
+    length = max(min(ct.gather(Ends, sequence), rows) - start, 0)
+    return min(start, max(rows - 1, 0)), length
+
+
+def sequence_view(X, sequence, start, length):
+    """Rows start..start+length-1 (axis 2) of X's batch row `sequence` (axis 0; its only
+    one when X holds every sequence packed in one row), as an array of one batch row."""
+    batch = min(sequence, X.shape[0] - 1)
+    return X.slice(0, batch, batch + 1).slice(2, start, start + length)
+
+
+def forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
+                  WRITE_LSE: ConstBool):
+    """The forward's arrays as views of one sequence, and its query and key counts."""
+    q_start, q_len = sequence_bounds(QueryStarts, QueryEnds, sequence, Q.shape[2])
+    k_start, k_len = sequence_bounds(KeyStarts, KeyEnds, sequence, K.shape[2])
+    Q = sequence_view(Q, sequence, q_start, q_len)
+    Out = sequence_view(Out, sequence, q_start, q_len)
+    if WRITE_LSE:  # else Lse is a placeholder of one element
+        Lse = sequence_view(Lse, sequence, q_start, q_len)
+    K = sequence_view(K, sequence, k_start, k_len)
+    V = sequence_view(V, sequence, k_start, k_len)
+    return Q, K, V, Out, Lse, q_len, k_len
+
+
+def store_no_keys(Out, Lse, head, q_tile, out_slice, TILE_M: ConstInt, TILE_D: ConstInt,
+                  TILE_V: ConstInt, WRITE_LSE: ConstBool):
+    """A query tile of a sequence with no keys: zeros in this CTA's TILE_V output columns,
+    and an LSE of -inf (flash-attn's convention)."""
+    if TILE_V < TILE_D:
+        first_column = out_slice * TILE_V
+        Out = Out.slice(3, first_column, first_column + TILE_V)
+    for offset, width in ct.static_iter(output_chunks(TILE_V)):
+        ct.store(Out, index=(0, head, q_tile, offset // width),
+                 tile=ct.zeros((1, 1, TILE_M, width), dtype=Out.dtype))
+    if WRITE_LSE:
+        if out_slice == 0:
+            ct.store(Lse, index=(0, head, q_tile),
+                     tile=ct.full((1, 1, TILE_M), -math.inf, dtype=ct.float32))
+
+
+@ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
+def fmha(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds, qk_scale: float,
+         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+         CAUSAL: ConstBool, WRITE_LSE: ConstBool):
+    head, sequence = ct.bid(1), ct.bid(2)
+    Q, K, V, Out, Lse, q_len, k_len = forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds,
+                                                    KeyStarts, KeyEnds, sequence, WRITE_LSE)
+    num_q_tiles = ct.cdiv(q_len, TILE_M)
+    for tile in range(ct.bid(0), num_q_tiles, ct.num_blocks(0)):
+        q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first, as step 8
+        if k_len == 0:
+            store_no_keys(Out, Lse, head, q_tile, 0, TILE_M, TILE_D, TILE_D, WRITE_LSE)
+        else:
+            attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, qk_scale, k_len - q_len,
+                              TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE)
+
+
+@ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
+def fmha_tiled_head_dim(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
+                        qk_scale: float, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                        QUERY_GROUP: ConstInt, CAUSAL: ConstBool, TILE_K: ConstInt,
+                        TILE_V: ConstInt, WRITE_LSE: ConstBool, RESIDENT_QUERY: ConstBool):
+    """Past D=256: step 10's query tile, or with RESIDENT_QUERY step 11's, D / TILE_V CTAs
+    side by side per query tile as in their dense grid."""
+    head, sequence = ct.bid(1), ct.bid(2)
+    slices = TILE_D // TILE_V
+    out_slice = ct.bid(0) % slices
+    Q, K, V, Out, Lse, q_len, k_len = forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds,
+                                                    KeyStarts, KeyEnds, sequence, WRITE_LSE)
+    num_q_tiles = ct.cdiv(q_len, TILE_M)
+    for tile in range(ct.bid(0) // slices, num_q_tiles, ct.num_blocks(0) // slices):
+        q_tile = num_q_tiles - 1 - tile if CAUSAL else tile
+        if k_len == 0:
+            store_no_keys(Out, Lse, head, q_tile, out_slice, TILE_M, TILE_D, TILE_V, WRITE_LSE)
+        elif RESIDENT_QUERY:
+            resident_query.attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, out_slice,
+                                             qk_scale, k_len - q_len, TILE_D, TILE_M, TILE_N,
+                                             QUERY_GROUP, CAUSAL, TILE_K, TILE_V, WRITE_LSE)
+        else:
+            head_dim_tiling.attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, out_slice,
+                                              qk_scale, k_len - q_len, TILE_D, TILE_M, TILE_N,
+                                              QUERY_GROUP, CAUSAL, TILE_K, TILE_V, WRITE_LSE)
+
+
+def backward_views(Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
+                   sequence):
+    """The backward's inputs as views of one sequence, and its query and key bounds."""
+    q_start, q_len = sequence_bounds(QueryStarts, QueryEnds, sequence, Q.shape[2])
+    k_start, k_len = sequence_bounds(KeyStarts, KeyEnds, sequence, K.shape[2])
+    return (sequence_view(Q, sequence, q_start, q_len), sequence_view(K, sequence, k_start, k_len),
+            sequence_view(V, sequence, k_start, k_len), sequence_view(dO, sequence, q_start, q_len),
+            sequence_view(Lse, sequence, q_start, q_len),
+            sequence_view(Delta, sequence, q_start, q_len), q_start, q_len, k_start, k_len)
+
+
+@ct.kernel
+def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
+         qk_scale: float, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+         QUERY_GROUP: ConstInt, CAUSAL: ConstBool):
+    kv_head, sequence = ct.bid(1), ct.bid(2)
+    Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
+        Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
+    dK = sequence_view(dK, sequence, k_start, k_len)
+    dV = sequence_view(dV, sequence, k_start, k_len)
+    k_tile = ct.bid(0)
+    num_k_tiles = ct.cdiv(k_len, TILE_N)
+    if k_tile < num_k_tiles:
+        dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, 0, kv_head, k_tile, qk_scale,
+                      k_len - q_len, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+    if k_tile == ct.num_blocks(0) - 1:
+        for missing in range(k_tile + 1, num_k_tiles):
+            nan = ct.full((1, 1, TILE_N, TILE_D), math.nan, dtype=dK.dtype)
+            ct.store(dK, index=(0, kv_head, missing, 0), tile=nan)
+            ct.store(dV, index=(0, kv_head, missing, 0), tile=nan)
+
+
+@ct.kernel
+def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
+       qk_scale: float, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+       QUERY_GROUP: ConstInt, CAUSAL: ConstBool):
+    head, sequence = ct.bid(1), ct.bid(2)
+    Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
+        Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
+    dQ = sequence_view(dQ, sequence, q_start, q_len)
+    num_q_tiles = ct.cdiv(q_len, TILE_M)
+    tile = ct.bid(0)
+    if tile < num_q_tiles:
+        q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first
+        dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, 0, head, q_tile, qk_scale, k_len - q_len,
+                      TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+    if tile == ct.num_blocks(0) - 1:
+        for missing in range(tile + 1, num_q_tiles):
+            q_tile = num_q_tiles - 1 - missing if CAUSAL else missing
+            ct.store(dQ, index=(0, head, q_tile, 0),
+                     tile=ct.full((1, 1, TILE_M, TILE_D), math.nan, dtype=dQ.dtype))

@@ -1,0 +1,122 @@
+"""The variable-length launcher: a batch of sequences of different lengths, one launch.
+
+The tensors are (batch rows, heads, rows, D), with every sequence packed in one batch row
+(flash-attn's layout, made from cu_seqlens) or each sequence in a batch row of its own,
+padded (transformers' layout). ``SequenceBounds`` says where each sequence's queries and
+keys are; kernels/varlen.py runs the dense kernels' code on each. Nothing here reads a
+device tensor on the host: the grid comes from the shapes and the longest sequence the
+caller names, so a launch never waits for the GPU and can be captured in a CUDA graph.
+"""
+
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+from ..kernels import step9_unmasked_loop, step11_resident_query
+from ..kernels import varlen as kernels
+from ..platforms import HEAD_DIMS, PlatformEntry, arch_of_capability, entry_for
+from ..platforms.environment import require_environment
+from .backward import check_backward_head_dim, launch_gradient_kernels, row_dot
+from .definitions import STEPS, fastest_step, step_of
+from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
+                     KernelFamily, forward_constants)
+from .launcher import with_hints
+
+# The dense step whose code the variable-length forward runs up to D=256, and so whose
+# launch (tiles and hints per head dim, causal or not) it takes from the platform table.
+# Past D=256 it runs the step the dense path runs there (10 or 11), at its launch.
+VARLEN_STEP = step_of(step9_unmasked_loop).number
+RESIDENT_QUERY_STEP = step_of(step11_resident_query).number
+
+
+def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
+                   write_lse: bool) -> tuple[object, KernelFamily, dict]:
+    """(kernel with its hints, family, compile-time constants) of the variable-length
+    forward with `entry`'s launch for this head dim, causal or not: the autotuner's for
+    the variable-length forward where it has run (``--varlen``), else the dense step's."""
+    step = VARLEN_STEP if head_dim in HEAD_DIMS else fastest_step(entry, head_dim, causal)
+    tuned = entry.varlen_tuned.get((head_dim, causal))
+    tiles, hints = (tuned.tiles, tuned.hints()) if tuned else \
+        STEPS[step].launch_config(entry, native=True, head_dim=head_dim, causal=causal)
+    constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
+                                  write_lse=write_lse)
+    if head_dim in HEAD_DIMS:
+        return with_hints(kernels.fmha, hints), FORWARD_VARLEN, constants
+    return (with_hints(kernels.fmha_tiled_head_dim, hints), FORWARD_TILED_HEAD_DIM_VARLEN,
+            constants | {"RESIDENT_QUERY": step == RESIDENT_QUERY_STEP})
+
+
+@dataclass(frozen=True)
+class SequenceBounds:
+    """Per sequence, its first and one-past-last row of the queries and of the keys, int32
+    on the tensors' device (rows along axis 2 of its batch row)."""
+    query_starts: torch.Tensor
+    query_ends: torch.Tensor
+    key_starts: torch.Tensor
+    key_ends: torch.Tensor
+
+    @classmethod
+    def packed(cls, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> "SequenceBounds":
+        """flash-attn's cumulative lengths: sequence s is rows cu[s]..cu[s+1]-1 (views, no
+        copy)."""
+        return cls(cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.query_starts, self.query_ends, self.key_starts, self.key_ends
+
+    def values(self) -> dict:
+        """The kernels' arguments, by parameter name."""
+        return dict(zip(("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds"), self.tensors()))
+
+
+def _new_like(t: torch.Tensor, fill: float | None) -> torch.Tensor:
+    """A tensor with t's shape and strides, uninitialised or filled with `fill`. The kernels
+    write only the rows inside some sequence: a padded batch fills the rest with 0 (and a
+    test with NaN, to see that every row inside was written)."""
+    return torch.empty_like(t) if fill is None else torch.full_like(t, fill)
+
+
+def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
+                   scale: float, with_lse: bool, fill: float | None = None,
+                   platform: PlatformEntry | None = None):
+    """(out, lse or None): each sequence's attention over its own keys. q (batch rows,
+    heads, rows, D); k, v (batch rows, kv heads, rows, D); any strides with the last
+    dimension contiguous; out has q's strides, lse is (batch rows, heads, rows) float32.
+    Under `causal` each sequence's diagonal ends at its last key. Rows outside every
+    sequence are left as they are, or `fill`ed (``_new_like``). `platform`: another entry
+    than this GPU's (the autotuner's candidates)."""
+    require_environment(q.device.index)
+    entry = platform or entry_for(arch_of_capability(*torch.cuda.get_device_capability(q.device)))
+    kernel, family, constants = forward_kernel(entry, head_dim=q.shape[-1], causal=causal,
+                                               query_group=q.shape[1] // k.shape[1],
+                                               write_lse=with_lse)
+    out = _new_like(q, fill)
+    lse = _new_like(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
+    values = {"Q": q, "K": k, "V": v, "Out": out,
+              "Lse": lse if with_lse else q.new_empty((1, 1, 1), dtype=torch.float32),
+              **bounds.values(), "qk_scale": scale, **constants}
+    ct.launch(torch.cuda.current_stream(q.device),
+              family.grid(values | {"max_seqlen_q": max_seqlen_q}), kernel,
+              family.arguments(values))
+    return out, lse
+
+
+VARLEN_BACKWARD_FAMILIES = {"dkdv": DKDV_VARLEN, "dq": DQ_VARLEN}
+
+
+def varlen_backward(q, k, v, out, lse, grad_out, bounds: SequenceBounds, max_seqlen_q: int,
+                    max_seqlen_k: int, *, causal: bool, scale: float,
+                    fill: float | None = None):
+    """(dq, dk, dv) of ``varlen_forward``'s out for the incoming gradient `grad_out` (out's
+    shape, last dimension contiguous); `lse` is the forward's. With grouped-query heads dk
+    and dv sum the gradients of the query heads that share them."""
+    check_backward_head_dim(q.shape[-1])
+    dq, dk, dv = _new_like(q, fill), _new_like(k, fill), _new_like(v, fill)
+    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
+               "Delta": row_dot(out, grad_out), "dK": dk, "dV": dv, "dQ": dq,
+               **bounds.values(), "qk_scale": scale}
+    launch_gradient_kernels(VARLEN_BACKWARD_FAMILIES, tensors, causal=causal,
+                            grid_values={"max_seqlen_q": max_seqlen_q,
+                                         "max_seqlen_k": max_seqlen_k}, module=kernels)
+    return dq, dk, dv

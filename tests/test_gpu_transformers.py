@@ -1,0 +1,85 @@
+"""The transformers backend on the GPU with the real kernels: padded batches (left and
+right padding, DynamicCache and StaticCache generate()), and packed training batches,
+against SDPA and against each other. The CPU twins of these tests
+(test_transformers_backend.py) run the same wiring with the kernels replaced by float64."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from cutile_fmha import transformers_backend as backend  # noqa: E402
+from cutile_fmha.assets.fmha_llama_demo import compare_generations, generate  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+TOLERANCE = 2e-2  # of the largest logit, as the Llama demo's
+
+
+def llama(attn_implementation, dtype=torch.bfloat16):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=512, intermediate_size=1024,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    return model.to(device="cuda", dtype=dtype).eval()
+
+
+@pytest.fixture(scope="module")
+def models():
+    return llama(backend.register()), llama("sdpa")
+
+
+def padded_batch(side: str):
+    tokens = torch.randint(1, 512, (4, 300), device="cuda",
+                           generator=torch.Generator(device="cuda").manual_seed(2))
+    mask = torch.ones_like(tokens)
+    for row, pad in enumerate((0, 17, 150, 299)):
+        mask[row, slice(None, pad) if side == "left" else slice(300 - pad, None)] = 0
+    return tokens.masked_fill(mask == 0, 0), mask
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_prefill_gives_sdpas_logits_on_real_tokens(side, models, kernel_calls):
+    tokens, mask = padded_batch(side)
+    with torch.no_grad():
+        ours, sdpa = (model(tokens, attention_mask=mask).logits[mask.bool()].float()
+                      for model in models)
+    assert (ours - sdpa).abs().max() <= TOLERANCE * sdpa.abs().max()
+    assert kernel_calls["varlen_forward"] == 2 and not kernel_calls["forward"]
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generate_on_a_left_padded_batch_gives_sdpas_tokens(cache, models, kernel_calls):
+    tokens, mask = padded_batch("left")
+    generations = []
+    for model in models:
+        model.generation_config.cache_implementation = "static" if cache == "static" else None
+        generations.append(generate(model, tokens, mask, 24))
+    compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
+    assert compared["all_near_ties"], compared
+    assert kernel_calls["varlen_forward"] == 2 * 24  # prefill and 23 decoding steps, 2 layers
+
+
+def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients():
+    from cutile_fmha.assets.fmha_llama_demo import packed
+
+    ours = llama(backend.register(), torch.float16).train()
+    twin = llama(backend.register(), torch.float16).train()
+    twin.load_state_dict(ours.state_dict())
+    tokens, mask = padded_batch("right")
+    labels = tokens.masked_fill(mask == 0, -100)
+    labels[:, 0] = -100  # the packed batch's first token of each sequence predicts nothing
+    padded_loss = twin(tokens, attention_mask=mask, labels=labels).loss
+    padded_loss.backward()
+    batch = packed(tokens, mask)
+    starts = batch["position_ids"][0] == 0
+    packed_labels = batch["input_ids"].masked_fill(starts[None], -100)
+    packed_loss = ours(**batch, labels=packed_labels).loss
+    packed_loss.backward()
+    torch.testing.assert_close(packed_loss, padded_loss, rtol=1e-3, atol=1e-3)
+    for (name, mine), theirs in zip(ours.named_parameters(), twin.parameters()):
+        scale = theirs.grad.abs().max()
+        assert (mine.grad - theirs.grad).abs().max() <= 2e-2 * scale, name

@@ -1,0 +1,117 @@
+"""attention_varlen's argument checks, and how it says so. No GPU: every check that needs
+no look at a device tensor's values comes before the device check; the ones that would
+(cu_seqlens decreasing, not starting at 0, not ending at the total, a max_seqlen below
+the truth) are documented instead, and the kernels stay inside the tensors whatever the
+bounds say (tests/test_gpu_varlen.py)."""
+
+import pytest
+import torch
+
+from cutile_fmha import attention_varlen
+
+LENGTHS = (0, 5, 12, 20)  # three sequences: 5, 7 and 8 tokens
+
+
+def packed(total=20, heads=4, kv_heads=4, head_dim=64, dtype=torch.float16):
+    return (torch.randn(total, h, head_dim, dtype=dtype) for h in (heads, kv_heads, kv_heads))
+
+
+def cu(values=LENGTHS, dtype=torch.int32):
+    return torch.tensor(values, dtype=dtype)
+
+
+def call(query=None, key=None, value=None, cu_q=None, cu_k=None, max_q=8, max_k=8, **options):
+    q, k, v = packed()
+    return attention_varlen(q if query is None else query, k if key is None else key,
+                            v if value is None else value, cu() if cu_q is None else cu_q,
+                            cu() if cu_k is None else cu_k, max_q, max_k, **options)
+
+
+def test_importable_from_the_package_root():
+    import cutile_fmha
+
+    assert cutile_fmha.attention_varlen is attention_varlen
+    assert "attention_varlen" in cutile_fmha.__all__
+
+
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+def test_packed_tensors_have_three_dimensions(name):
+    q, _, _ = packed()
+    with pytest.raises(ValueError, match=rf"{name} must have 3 dimensions \(total tokens, "
+                                         rf"heads, head_dim\).*got shape \(1, 20, 4, 64\)"):
+        call(**{name: q[None]})
+
+
+def test_not_a_tensor():
+    with pytest.raises(TypeError, match="key must be a torch.Tensor, got list"):
+        call(key=[1, 2])
+
+
+def test_key_and_value_token_counts_differ():
+    _, k, _ = packed(total=19)
+    with pytest.raises(ValueError, match="key and value must have the same number of tokens"):
+        call(key=k)
+
+
+def test_dtype_and_head_dim_and_heads_are_checked_as_in_attention():
+    q, k, v = packed(dtype=torch.float32)
+    with pytest.raises(TypeError, match="query must be float16 or bfloat16, got torch.float32"):
+        call(query=q)
+    q, _, _ = packed(heads=6, kv_heads=4)
+    with pytest.raises(ValueError, match="query's head count must be a multiple of key's"):
+        call(query=q)
+    q, k, v = packed(head_dim=72)
+    with pytest.raises(ValueError, match="head dim .* must be one of"):
+        call(query=q, key=k, value=v)
+
+
+@pytest.mark.parametrize("name", ["cu_q", "cu_k"])
+def test_cu_seqlens_must_be_int32(name):
+    argument = {"cu_q": "cu_seqlens_q", "cu_k": "cu_seqlens_k"}[name]
+    with pytest.raises(TypeError, match=f"{argument} must be int32 .* got torch.int64"):
+        call(**{name: cu(dtype=torch.int64)})
+    with pytest.raises(TypeError, match=f"{argument} must be a torch.Tensor, got list"):
+        call(**{name: list(LENGTHS)})
+
+
+@pytest.mark.parametrize("values", [[0], [[0, 5], [5, 12]]], ids=["one entry", "2-D"])
+def test_cu_seqlens_shape(values):
+    with pytest.raises(ValueError, match=r"cu_seqlens_q must be 1-D with batch \+ 1 entries"):
+        call(cu_q=cu(values))
+
+
+def test_cu_seqlens_of_different_batches():
+    with pytest.raises(ValueError, match="cu_seqlens_q and cu_seqlens_k must have one entry per "
+                                         "sequence and one more, so the same length, got 4 and 3"):
+        call(cu_k=cu((0, 5, 20)))
+
+
+@pytest.mark.parametrize("name", ["max_q", "max_k"])
+def test_max_seqlen(name):
+    argument = {"max_q": "max_seqlen_q", "max_k": "max_seqlen_k"}[name]
+    with pytest.raises(TypeError, match=f"{argument} must be an int, got Tensor"):
+        call(**{name: torch.tensor(8)})
+    with pytest.raises(ValueError, match=f"{argument} must be at least 0, got -1"):
+        call(**{name: -1})
+
+
+def test_options():
+    with pytest.raises(TypeError, match="is_causal must be a bool, got int"):
+        call(is_causal=1)
+    with pytest.raises(TypeError, match="return_lse must be a bool"):
+        call(return_lse="yes")
+    with pytest.raises(ValueError, match="scale must be a positive finite number"):
+        call(scale=-1.0)
+
+
+def test_on_the_cpu_it_names_the_device():
+    with pytest.raises(ValueError, match="query must be on a CUDA device, got cpu"):
+        call()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cu_seqlens_on_another_device_than_query():
+    q, k, v = (t.cuda() for t in packed())
+    with pytest.raises(ValueError, match="cu_seqlens_q must be on query's device cuda:0 .* got "
+                                         "cpu"):
+        attention_varlen(q, k, v, cu(), cu().cuda(), 8, 8)
