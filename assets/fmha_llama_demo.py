@@ -178,7 +178,7 @@ def run(args, device, dtype: torch.dtype | None = None) -> dict:
         generations = {name: generate(model, padded, mask, args.new_tokens)
                        for name, model in models}
         generate_seconds = {name: seconds(lambda model=model: generate(
-            model, padded, mask, args.new_tokens), device, repeats=1) for name, model in models}
+            model, padded, mask, args.new_tokens), device) for name, model in models}
     largest = logits[SDPA].abs().max().item()
     training = {name: train(model, args.train_steps, device, input_ids=tokens)
                 for name, model in models}

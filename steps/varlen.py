@@ -8,6 +8,7 @@ device tensor on the host: the grid comes from the shapes and the longest sequen
 caller names, so a launch never waits for the GPU and can be captured in a CUDA graph.
 """
 
+import functools
 from dataclasses import dataclass
 
 import cuda.tile as ct
@@ -21,7 +22,7 @@ from .backward import check_backward_head_dim, launch_gradient_kernels, row_dot
 from .definitions import STEPS, fastest_step, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      KernelFamily, forward_constants)
-from .launcher import with_hints
+from .launcher import _unused_lse, with_hints
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
 # launch (tiles and hints per head dim, causal or not) it takes from the platform table.
@@ -45,6 +46,15 @@ def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_g
         return with_hints(kernels.fmha, hints), FORWARD_VARLEN, constants
     return (with_hints(kernels.fmha_tiled_head_dim, hints), FORWARD_TILED_HEAD_DIM_VARLEN,
             constants | {"RESIDENT_QUERY": step == RESIDENT_QUERY_STEP})
+
+
+@functools.cache
+def _device_forward_kernel(arch: str, head_dim: int, causal: bool, query_group: int,
+                           write_lse: bool) -> tuple[object, KernelFamily, dict]:
+    """forward_kernel with the table's entry for `arch`, once per launch shape: a decoding
+    step calls it per layer and token."""
+    return forward_kernel(entry_for(arch), head_dim=head_dim, causal=causal,
+                          query_group=query_group, write_lse=write_lse)
 
 
 @dataclass(frozen=True)
@@ -87,14 +97,15 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     sequence are left as they are, or `fill`ed (``_new_like``). `platform`: another entry
     than this GPU's (the autotuner's candidates)."""
     require_environment(q.device.index)
-    entry = platform or entry_for(arch_of_capability(*torch.cuda.get_device_capability(q.device)))
-    kernel, family, constants = forward_kernel(entry, head_dim=q.shape[-1], causal=causal,
-                                               query_group=q.shape[1] // k.shape[1],
-                                               write_lse=with_lse)
+    shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
+                 write_lse=with_lse)
+    kernel, family, constants = forward_kernel(platform, **shape) if platform else \
+        _device_forward_kernel(arch_of_capability(*torch.cuda.get_device_capability(q.device)),
+                               **shape)
     out = _new_like(q, fill)
     lse = _new_like(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
-              "Lse": lse if with_lse else q.new_empty((1, 1, 1), dtype=torch.float32),
+              "Lse": lse if with_lse else _unused_lse(q.device),
               **bounds.values(), "qk_scale": scale, **constants}
     ct.launch(torch.cuda.current_stream(q.device),
               family.grid(values | {"max_seqlen_q": max_seqlen_q}), kernel,

@@ -198,9 +198,10 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
     assert len(result["losses"]["cutile_fmha"]) == len(result["packed_losses"][SDPA_NAME]) == 4
     assert result["generate"]["agreeing"] == result["generate"]["tokens"] == 2 * 3
     # one layer. Dense: prefill once for the logits and 4 times timed, 4 training steps.
-    # Variable length: the padded prefill once and 4 times timed, generate() three times
-    # (prefill and 2 decoding steps each), 4 packed training steps.
+    # Variable length: the padded prefill once and 4 times timed, generate() five times
+    # (once compared, 4 times timed; prefill and 2 decoding steps each), 4 packed
+    # training steps.
     assert kernels_on_the_cpu == {"forward": 1 + 4 + 4, "backward": 4,
-                                  "varlen_forward": 1 + 4 + 3 * 3 + 4, "varlen_backward": 4}
+                                  "varlen_forward": 1 + 4 + 5 * 3 + 4, "varlen_backward": 4}
     for line in ("tokens/s", "padded prefill", "packed training", "generate() of 3 tokens"):
         assert line in text

@@ -104,6 +104,11 @@ def test_options():
         call(scale=-1.0)
 
 
+def test_cu_seqlens_must_be_on_querys_device():
+    with pytest.raises(ValueError, match="cu_seqlens_k must be on query's device cpu .* got meta"):
+        call(cu_k=cu().to("meta"))
+
+
 def test_on_the_cpu_it_names_the_device():
     with pytest.raises(ValueError, match="query must be on a CUDA device, got cpu"):
         call()
