@@ -27,7 +27,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .dropin import attention
 from .steps.varlen import SequenceBounds
-from .varlen import packed_attention
+from .varlen import varlen_attention
 
 NAME = "cutile_fmha"
 # transformers' own implementations: never replaced.
@@ -189,10 +189,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         if query.shape[0] != 1:
             raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
         cu_q, cu_k, max_q, max_k = packed
-        out, _ = packed_attention(query, key, value, SequenceBounds.packed(cu_q, cu_k), max_q,
+        out, _ = varlen_attention(query, key, value, SequenceBounds.packed(cu_q, cu_k), max_q,
                                   max_k, causal=causal, scale=scaling)
     elif attention_mask is not None:
-        out, _ = packed_attention(query, key, value, bounds_of_padding(attention_mask, q_len),
+        out, _ = varlen_attention(query, key, value, bounds_of_padding(attention_mask, q_len),
                                   q_len, k_len, causal=causal, scale=scaling, fill=0.0)
     else:
         out = attention(query, key, value, scale=scaling, enable_gqa=query.shape[1] != key.shape[1],

@@ -3,7 +3,7 @@
 ``attention_varlen`` runs a batch of sequences of different lengths packed end to end
 (no padding), each attending only to its own keys, in one launch and with no host
 synchronisation. The same custom operators serve the transformers backend's padded
-batches, where each sequence sits in a batch row of its own (``packed_attention`` takes
+batches, where each sequence sits in a batch row of its own (``varlen_attention`` takes
 both layouts).
 """
 
@@ -173,14 +173,14 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         # No keys at all: one zero row the bounds never reach keeps the launch (and the
         # gradient's path to key and value) as for any batch; every row gives 0.
         key, value = (torch.cat([t, t.new_zeros((1,) + t.shape[1:])]) for t in (key, value))
-    out, lse = packed_attention(*(t.transpose(0, 1)[None] for t in (query, key, value)),
+    out, lse = varlen_attention(*(t.transpose(0, 1)[None] for t in (query, key, value)),
                                 SequenceBounds.packed(cu_seqlens_q, cu_seqlens_k), max_seqlen_q,
                                 max_seqlen_k, causal=is_causal, scale=scale, with_lse=return_lse)
     out = out[0].transpose(0, 1)
     return (out, lse[0]) if return_lse else out
 
 
-def packed_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: int,
+def varlen_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: int,
                      max_seqlen_k: int, *, causal: bool, scale: float | None,
                      with_lse: bool = False, fill: float | None = None):
     """The variable-length operator on (batch rows, heads, rows, D) tensors, checked as

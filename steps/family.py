@@ -138,20 +138,22 @@ SEQUENCE_BOUNDS = tuple(Tensor(name, 1, ct.int32, aligned=False)
 def tiles_per_sequence(length: str, tile: str,
                        heads_of: str) -> Callable[[dict], tuple[int, int, int]]:
     """The grid of one CTA per `tile` rows of the longest sequence (`length`: at least one
-    CTA), per head of `heads_of` and per sequence. A CTA strides through the tiles of a
-    longer sequence, so `length` sizes the grid but never limits what is computed."""
+    CTA), per head of `heads_of` and per sequence. What a sequence longer than `length`
+    gets is the kernels' (kernels/varlen.py): the forward strides through its tiles, the
+    backward writes NaN past the grid."""
     return lambda values: (max(math.ceil(values[length] / values[tile]), 1),
                            values[heads_of].shape[1], values["QueryStarts"].shape[0])
 
 
-def _varlen(family: KernelFamily, grid) -> KernelFamily:
-    """`family` over variable-length sequences: the sequence bounds after its tensors, and
-    no query_offset."""
+def _varlen(family: KernelFamily, grid, extra_constants: tuple[str, ...] = ()) -> KernelFamily:
+    """`family` over variable-length sequences: the sequence bounds after its tensors, no
+    query_offset, and `extra_constants` last."""
     tensors = tuple(p for p in family.parameters if isinstance(p, Tensor))
     settings = tuple(p for p in family.parameters
                      if not isinstance(p, Tensor) and p.name != "query_offset")
     return KernelFamily(name=f"{family.name}, variable length",
-                        parameters=tensors + SEQUENCE_BOUNDS + settings, grid=grid)
+                        parameters=tensors + SEQUENCE_BOUNDS + settings
+                        + tuple(Constant(name) for name in extra_constants), grid=grid)
 
 
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
@@ -208,10 +210,7 @@ def _tiled_head_dim_varlen_grid(values: dict) -> tuple[int, int, int]:
 # Past D=256, steps 10 and 11 over variable-length sequences: one kernel, whose
 # RESIDENT_QUERY picks step 11's query tile (else step 10's); D / TILE_V CTAs side by side
 # per query tile, as in their dense grid.
-FORWARD_TILED_HEAD_DIM_VARLEN = KernelFamily(
-    name="forward, head dim tiled, variable length",
-    parameters=_varlen(FORWARD_TILED_HEAD_DIM, None).parameters + (Constant("RESIDENT_QUERY"),),
-    grid=_tiled_head_dim_varlen_grid,
-)
+FORWARD_TILED_HEAD_DIM_VARLEN = _varlen(FORWARD_TILED_HEAD_DIM, _tiled_head_dim_varlen_grid,
+                                        extra_constants=("RESIDENT_QUERY",))
 DKDV_VARLEN = _varlen(DKDV, tiles_per_sequence("max_seqlen_k", "TILE_N", "K"))
 DQ_VARLEN = _varlen(DQ, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))

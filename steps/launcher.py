@@ -74,7 +74,7 @@ def kernel_for(step: int, hints: dict | None):
 
 
 @functools.cache
-def _unused_lse(device: torch.device) -> torch.Tensor:
+def unused_lse(device: torch.device) -> torch.Tensor:
     """The Lse argument of a launch that writes none (WRITE_LSE=False never touches it)."""
     return torch.empty((1, 1, 1), dtype=torch.float32, device=device)
 
@@ -213,7 +213,7 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device) \
         if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
-              "Lse": lse if with_lse else _unused_lse(q.device), "qk_scale": scale,
+              "Lse": lse if with_lse else unused_lse(q.device), "qk_scale": scale,
               "query_offset": query_offset or 0,
               **forward_constants(head_dim, tiles, query_group=heads // k.shape[1],
                                   causal=causal, write_lse=with_lse)}

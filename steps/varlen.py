@@ -22,7 +22,7 @@ from .backward import check_backward_head_dim, launch_gradient_kernels, row_dot
 from .definitions import STEPS, fastest_step, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      KernelFamily, forward_constants)
-from .launcher import _unused_lse, with_hints
+from .launcher import unused_lse, with_hints
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
 # launch (tiles and hints per head dim, causal or not) it takes from the platform table.
@@ -80,11 +80,11 @@ class SequenceBounds:
         return dict(zip(("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds"), self.tensors()))
 
 
-def _new_like(t: torch.Tensor, fill: float | None) -> torch.Tensor:
-    """A tensor with t's shape and strides, uninitialised or filled with `fill`. The kernels
-    write only the rows inside some sequence: a padded batch fills the rest with 0 (and a
-    test with NaN, to see that every row inside was written)."""
-    return torch.empty_like(t) if fill is None else torch.full_like(t, fill)
+def _filled(t: torch.Tensor, fill: float | None) -> torch.Tensor:
+    """`t` (new, uninitialised) as it is, or filled with `fill`. The kernels write only the
+    rows inside some sequence: a padded batch fills the rest with 0 (and a test with NaN, to
+    see that every row inside was written)."""
+    return t if fill is None else t.fill_(fill)
 
 
 def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
@@ -94,7 +94,7 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     heads, rows, D); k, v (batch rows, kv heads, rows, D); any strides with the last
     dimension contiguous; out has q's strides, lse is (batch rows, heads, rows) float32.
     Under `causal` each sequence's diagonal ends at its last key. Rows outside every
-    sequence are left as they are, or `fill`ed (``_new_like``). `platform`: another entry
+    sequence are left as they are, or `fill`ed (``_filled``). `platform`: another entry
     than this GPU's (the autotuner's candidates)."""
     require_environment(q.device.index)
     shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
@@ -102,10 +102,10 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     kernel, family, constants = forward_kernel(platform, **shape) if platform else \
         _device_forward_kernel(arch_of_capability(*torch.cuda.get_device_capability(q.device)),
                                **shape)
-    out = _new_like(q, fill)
-    lse = _new_like(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
+    out = _filled(torch.empty_like(q), fill)
+    lse = _filled(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
-              "Lse": lse if with_lse else _unused_lse(q.device),
+              "Lse": lse if with_lse else unused_lse(q.device),
               **bounds.values(), "qk_scale": scale, **constants}
     ct.launch(torch.cuda.current_stream(q.device),
               family.grid(values | {"max_seqlen_q": max_seqlen_q}), kernel,
@@ -123,7 +123,7 @@ def varlen_backward(q, k, v, out, lse, grad_out, bounds: SequenceBounds, max_seq
     shape, last dimension contiguous); `lse` is the forward's. With grouped-query heads dk
     and dv sum the gradients of the query heads that share them."""
     check_backward_head_dim(q.shape[-1])
-    dq, dk, dv = _new_like(q, fill), _new_like(k, fill), _new_like(v, fill)
+    dq, dk, dv = (_filled(torch.empty_like(t), fill) for t in (q, k, v))
     tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
                "Delta": row_dot(out, grad_out), "dK": dk, "dV": dv, "dQ": dq,
                **bounds.values(), "qk_scale": scale}
