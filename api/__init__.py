@@ -3,15 +3,18 @@
     from cutile_fmha import attention, attention_varlen
     out = attention(query, key, value, is_causal=True)      # as F.scaled_dot_product_attention
     out = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, is_causal=True)
+    out = attention_with_kvcache(q, key_cache, value_cache, cache_seqlens)  # decoding
 
 See ``cutile_fmha.dropin`` for ``attention`` and ``attention_with_lse``,
 ``cutile_fmha.varlen`` for ``attention_varlen`` (packed sequences of different lengths, as
-flash-attn's ``flash_attn_varlen_func``), and ``cutile_fmha.steps`` for the tutorial's
+flash-attn's ``flash_attn_varlen_func``), ``cutile_fmha.kvcache`` for
+``attention_with_kvcache`` (decoding from a dense or paged KV cache, as flash-attn's
+``flash_attn_with_kvcache``), and ``cutile_fmha.steps`` for the tutorial's
 steps and the planning API.
 """
 
 _MODULE_OF = {"attention": "dropin", "attention_with_lse": "dropin",
-              "attention_varlen": "varlen"}
+              "attention_varlen": "varlen", "attention_with_kvcache": "kvcache"}
 __all__ = list(_MODULE_OF)
 
 

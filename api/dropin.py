@@ -12,7 +12,7 @@ import torch
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward
-from .steps.launcher import Names, build_plan, softmax_scale
+from .steps.launcher import LaunchPlan, Names, build_plan, softmax_scale, unused_lse
 
 __all__ = ["attention", "attention_with_lse"]
 
@@ -73,15 +73,39 @@ def _launcher_causal(name: str):
 
 # Custom operators, so that torch.compile sees one opaque call with known output shapes
 # (the register_fake functions) instead of tracing into the cuTile launch.
+def tensor_key(t: torch.Tensor | None) -> tuple | None:
+    """What a launch depends on of a tensor besides its address."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+# (tensor keys, causal, scale, with_lse) -> the plan made for the first call with that key:
+# later calls launch its kernel, grid and constants on their own tensors.
+_PLANS: dict[tuple, LaunchPlan] = {}
+
+
+def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool):
+    """(out, lse or None): the forward's launch, planned (and so checked) once per shape
+    key. What the custom operator runs, and what eager calls run without its dispatch."""
+    shape_key = (tensor_key(query), tensor_key(key), tensor_key(value), causal, scale, with_lse)
+    plan = _PLANS.get(shape_key)
+    if plan is None:
+        plan = _PLANS[shape_key] = build_plan(
+            query, key, value, causal=_launcher_causal(causal), scale=scale, step="fastest",
+            platform=None, out=None, with_lse=with_lse, names=SDPA_NAMES)
+        return plan.launch(), plan.lse
+    out = torch.empty_like(query, memory_format=torch.contiguous_format)
+    lse = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device) \
+        if with_lse else unused_lse(query.device)
+    plan.launch_on(query, key, value, out, lse)
+    return out, lse if with_lse else None
+
+
 @torch.library.custom_op("cutile_fmha::forward", mutates_args=())
 def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: str,
              scale: float, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); lse is an empty tensor unless with_lse."""
-    plan = build_plan(query, key, value, causal=_launcher_causal(causal), scale=scale,
-                      step="fastest", platform=None, out=None, with_lse=with_lse,
-                      names=SDPA_NAMES)
-    out = plan.launch()
-    return out, plan.lse if with_lse else out.new_empty(0, dtype=torch.float32)
+    out, lse = forward_launch(query, key, value, causal, scale, with_lse)
+    return out, lse if with_lse else out.new_empty(0, dtype=torch.float32)
 
 
 @_forward.register_fake
@@ -124,6 +148,16 @@ def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def run_forward(query, key, value, causal: str, scale: float, with_lse: bool):
+    """(out, lse or None) through the custom operator where autograd or torch.compile needs
+    it, else straight to the launch (the operator's dispatch costs more than the launch)."""
+    if torch.compiler.is_compiling() or _needs_grad(query, key, value):
+        out, lse = _forward(query, key, value, causal, scale, with_lse or
+                            _needs_grad(query, key, value))
+        return out, lse if with_lse else None
+    return forward_launch(query, key, value, causal, scale, with_lse)
+
+
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False) -> torch.Tensor:
     """A drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
@@ -147,7 +181,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     log-sum-exp, which the cuTile backward (``cutile_fmha.steps.backward``) rebuilds P from.
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    return _forward(query, key, value, causal, scale, _needs_grad(query, key, value))[0]
+    return run_forward(query, key, value, causal, scale, False)[0]
 
 
 def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -160,5 +194,5 @@ def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     partial attentions with. Gradients flow through out; lse is not differentiable.
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    out, lse = _forward(query, key, value, causal, scale, True)
+    out, lse = run_forward(query, key, value, causal, scale, True)
     return out, lse.detach()

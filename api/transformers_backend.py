@@ -6,7 +6,9 @@
 
 It honours what transformers passes: ``scaling``, the layer's causality, grouped-query
 heads (K/V go to the kernels as they are, with no ``repeat_kv`` copy) and the attention
-mask, in the forms flash-attention backends take it:
+mask, in the forms flash-attention backends take it. Decoding steps (up to
+DECODE_MAX_QUERY new tokens, no gradient) run the decode kernel of
+``attention_with_kvcache`` on the cache's tensors:
 - no padding: no mask, and the dense kernel (causal aligned to the last key);
 - padded batches (left or right padding, prefill or decoding, with a DynamicCache or a
   StaticCache): the 2-D padding mask, which ``padding_mask`` (registered with
@@ -22,10 +24,11 @@ ignored. transformers is an optional dependency (``pip install -e ".[transformer
 """
 
 import torch
-from torch.nn.attention.bias import causal_lower_right
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .dropin import attention
+from . import kvcache
+from .dropin import _needs_grad, run_forward
+from .steps.launcher import softmax_scale
 from .steps.varlen import SequenceBounds
 from .varlen import varlen_attention
 
@@ -35,6 +38,9 @@ RESERVED_NAMES = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "fl
                   "flex_attention", "paged_attention")
 UNSUPPORTED_OPTIONS = ("softcap", "sliding_window", "position_bias", "s_aux")
 SUPPORTED_MASKS = "causal or bidirectional attention with a padding mask, or packed sequences"
+# Steps with at most this many new tokens per sequence go to the decode kernel
+# (cutile_fmha.kvcache) when no gradient is needed: it reads the cache once per K/V head.
+DECODE_MAX_QUERY = 16
 # transformers' mask functions (masking_utils) this backend computes itself: causal and
 # bidirectional attention, and the two parts of packed sequences' mask (each sequence on
 # its own, positions restarting), combined by and_masks.
@@ -100,7 +106,12 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
     attention_mask = attention_mask[:, -kv_length:].bool()
     starts_of_runs = attention_mask[:, :1].sum(-1) + \
         (attention_mask[:, 1:] & ~attention_mask[:, :-1]).sum(-1)
-    holes, padded = torch.stack([(starts_of_runs > 1).any(), (~attention_mask).any()]).tolist()
+    holes = (starts_of_runs > 1).any()
+    if torch.compiler.is_compiling():  # no look at the device in a graph: a device assert
+        torch._assert_async(~holes, "attention_mask has padding between real tokens: cuTile "
+                                    f"FMHA supports {SUPPORTED_MASKS} (left or right padding)")
+        return attention_mask
+    holes, padded = torch.stack([holes, (~attention_mask).any()]).tolist()
     if holes:
         raise ValueError("attention_mask has padding between real tokens: cuTile FMHA supports "
                          f"{SUPPORTED_MASKS} (left or right padding)")
@@ -185,6 +196,9 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     elif attention_mask is None and (found := packed_sequences_of_positions(
             kwargs.get("position_ids"), q_len)) is not None:
         packed = (found[0], found[0], found[1], found[1])
+    decode = (q_len <= DECODE_MAX_QUERY and query.shape[-1] in kvcache.HEAD_DIMS
+              and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS
+              and not _needs_grad(query, key, value))
     if packed is not None:
         if query.shape[0] != 1:
             raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
@@ -192,9 +206,17 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         out, _ = varlen_attention(query, key, value, SequenceBounds.packed(cu_q, cu_k), max_q,
                                   max_k, causal=causal, scale=scaling)
     elif attention_mask is not None:
-        out, _ = varlen_attention(query, key, value, bounds_of_padding(attention_mask, q_len),
-                                  q_len, k_len, causal=causal, scale=scaling, fill=0.0)
+        bounds = bounds_of_padding(attention_mask, q_len)
+        if decode:  # the query rows are the newest tokens: real in every sequence
+            out = kvcache.attention_with_kvcache(query, key, value, bounds.key_ends,
+                                                 cache_leftpad=bounds.key_starts,
+                                                 is_causal=causal, scale=scaling)
+        else:
+            out, _ = varlen_attention(query, key, value, bounds, q_len, k_len, causal=causal,
+                                      scale=scaling, fill=0.0)
+    elif decode:
+        out = kvcache.attention_with_kvcache(query, key, value, is_causal=causal, scale=scaling)
     else:
-        out = attention(query, key, value, scale=scaling, enable_gqa=query.shape[1] != key.shape[1],
-                        attn_mask=causal_lower_right(q_len, k_len) if causal else None)
+        out, _ = run_forward(query, key, value, "bottom_right" if causal else "none",
+                             softmax_scale(scaling, query.shape[-1]), False)
     return out.transpose(1, 2).contiguous(), None

@@ -187,7 +187,10 @@ def varlen_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: in
     their producer (``attention_varlen``, the transformers backend) made them: (out, lse)
     with lse None unless `with_lse`. Differentiable in query, key and value."""
     scale = softmax_scale(scale, query.shape[-1])
-    needs_lse = with_lse or _needs_grad(query, key, value)
+    if not (torch.compiler.is_compiling() or _needs_grad(query, key, value)):
+        # The custom operator's work without its dispatch (it costs more than the launch).
+        return varlen_forward(query, key, value, bounds, max_seqlen_q, causal=causal,
+                              scale=scale, with_lse=with_lse, fill=fill)
     out, lse = _forward(query, key, value, *bounds.tensors(), max_seqlen_q, max_seqlen_k, causal,
-                        scale, needs_lse, fill)
+                        scale, with_lse or _needs_grad(query, key, value), fill)
     return out, (lse.detach() if with_lse else None)

@@ -6,10 +6,12 @@ occupancy column into the ``ct.ByTarget`` value that the kernels' decorators use
 
 import cuda.tile as ct
 
-from .entry import HEAD_DIMS, LARGE_HEAD_DIMS, PlatformEntry, TileShape, TunedLaunch
+from .entry import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, PlatformEntry, TileShape,
+                    TunedLaunch)
 from .table import DEFAULT, PLATFORMS
 
-__all__ = ["HEAD_DIMS", "LARGE_HEAD_DIMS", "PLATFORMS", "DEFAULT", "PlatformEntry", "TileShape",
+__all__ = ["HEAD_DIMS", "LARGE_HEAD_DIMS", "PLATFORMS", "DEFAULT", "DecodeLaunch", "PlatformEntry",
+           "TileShape",
            "TunedLaunch", "entry_for", "occupancy_by_target", "worker_warps_by_target",
            "arch_of_capability"]
 

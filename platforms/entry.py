@@ -41,6 +41,35 @@ class TunedLaunch:
 
 
 @dataclass(frozen=True)
+class DecodeLaunch:
+    """The decode kernel's launch at one head dim (kernels/decode.py) and its split rule:
+    the cache of each sequence is cut into as many splits as keep batch x kv_heads x splits
+    CTAs within `ctas_per_sm` per SM (none when batch x kv_heads alone fill the SMs), with
+    no split shorter than `min_keys_per_split` keys and at most `max_splits` of them."""
+    tile_n: int  # keys per loop iteration
+    occupancy: int
+    num_worker_warps: int | None
+    ctas_per_sm: int
+    min_keys_per_split: int
+    max_splits: int = 64
+
+    def hints(self) -> dict:
+        return {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
+
+    def splits(self, ctas: int, keys: int, sms: int) -> int:
+        """How many splits `ctas` CTAs (batch x kv_heads) take over `keys` keys each."""
+        wanted = sms * self.ctas_per_sm // ctas
+        return max(1, min(wanted, keys // self.min_keys_per_split, self.max_splits))
+
+
+# Every entry's decode launch until the autotuner (--decode) measures one on its GPU: TMA
+# tiles of 128 keys (64 at D=256, where a K or V tile is as many bytes), two CTAs per SM,
+# splits up to one CTA per SM.
+DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256), 128: DecodeLaunch(128, 2, None, 1, 256),
+                256: DecodeLaunch(64, 2, None, 1, 256)}
+
+
+@dataclass(frozen=True)
 class PlatformEntry:
     arch: str  # "sm_90", or "default"
     gpus: str  # the GPUs this entry is for, in words
@@ -59,6 +88,9 @@ class PlatformEntry:
     # (head dim, causal) -> the autotuner's launch of the variable-length forward (step 9's
     # query tile over packed sequences); where it has not run, the dense step's launch.
     varlen_tuned: dict[tuple[int, bool], TunedLaunch] = field(default_factory=dict)
+    # head dim -> the decode kernel's launch and split rule.
+    decode: dict[int, DecodeLaunch] = field(default_factory=lambda: dict(DECODE_GUESS))
+    decode_note: str = "not measured: DECODE_GUESS (platforms/entry.py)"
 
     def tile_for(self, head_dim: int) -> TileShape:
         return self.tiles[head_dim]

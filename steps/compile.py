@@ -21,13 +21,15 @@ from pathlib import Path
 import cuda.tile as ct
 from cuda.tile.compilation import export_kernel
 
+from ..kernels import decode as decode_kernels
 from ..kernels import varlen as varlen_kernels
 from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.backward import backward_entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
 from .backward import BACKWARD_FAMILIES, backward_kernel
 from .definitions import STEPS, steps_for
-from .family import KernelFamily, backward_constants, forward_constants
+from .decode import DecodeShape, decode_plan
+from .family import DECODE, MERGE_SPLITS, KernelFamily, backward_constants, forward_constants
 from .launcher import kernel_for
 from .varlen import VARLEN_BACKWARD_FAMILIES, forward_kernel
 
@@ -83,6 +85,22 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
     return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
                         VARLEN_BACKWARD_FAMILIES[name], dtype=dtype, constants=constants,
                         arch=arch)
+
+
+def compile_decode(arch: str, *, dtype: str, head_dim: int, kv_heads: int = 8, group: int = 4,
+                   q_len: int = 1, block_size: int | None = None, causal: bool = False,
+                   has_starts: bool = False, has_lengths: bool = True, splits: int = 1,
+                   write_lse: bool = False) -> tuple[bytes, bytes]:
+    """The cubins of the decode kernel and of its split merge for `arch`, at the launch the
+    table gives there (kernels/decode.py)."""
+    shape = DecodeShape(batch=1, head_dim=head_dim, kv_heads=kv_heads, group=group, q_len=q_len,
+                        capacity=splits * 4096, block_size=block_size, causal=causal,
+                        has_starts=has_starts, has_lengths=has_lengths, write_lse=write_lse,
+                        num_splits=splits)
+    plan = decode_plan(shape, entry_for(arch), sms=132, device=None)
+    return (export_cubin(plan.kernel, DECODE, dtype=dtype, constants=plan.constants, arch=arch),
+            export_cubin(decode_kernels.merge_splits, MERGE_SPLITS, dtype=dtype,
+                         constants=plan.merge_constants, arch=arch))
 
 
 def _cuobjdump(cubin: bytes, option: str) -> str:

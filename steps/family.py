@@ -6,7 +6,9 @@ description, the compile-only export its signature, and the tests check every ke
 the family against it; a new family is one new description here.
 """
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,17 +24,19 @@ TMA_ALIGNMENT_BYTES = 16  # PyTorch's allocations and strides that are multiples
 @dataclass(frozen=True)
 class Tensor:
     """An array parameter; its dtype is the inputs' (None) or a fixed one. Its base address
-    is 16-byte aligned, as a PyTorch allocation of a typical size is, unless it may be a
-    view that starts anywhere (`aligned=False`: sequence bounds as slices of cu_seqlens)."""
+    and strides are 16-byte aligned, as a PyTorch allocation of a typical size is, unless
+    it may be a view that starts anywhere or has any row length (`aligned=False`: sequence
+    bounds as slices of cu_seqlens, a block table)."""
     name: str
     rank: int
     dtype: ct.DType | None = None
     aligned: bool = True
 
     def constraint(self, input_dtype: ct.DType) -> ArrayConstraint:
-        """Last dimension contiguous, other strides multiples of 16 bytes."""
+        """Last dimension contiguous, other strides multiples of 16 bytes (of one element
+        where not `aligned`)."""
         dtype = self.dtype or input_dtype
-        per_alignment = TMA_ALIGNMENT_BYTES // (dtype.bitwidth // 8)
+        per_alignment = TMA_ALIGNMENT_BYTES // (dtype.bitwidth // 8) if self.aligned else 1
         return ArrayConstraint(dtype, self.rank, index_dtype=ct.int32, stride_lower_bound_incl=0,
                                alias_groups=(), may_alias_internally=False,
                                stride_constant=(None,) * (self.rank - 1) + (1,),
@@ -59,15 +63,21 @@ class KernelFamily:
     parameters: tuple[Tensor | Scalar | Constant, ...]  # in the kernels' order
     grid: Callable[[dict], tuple[int, int, int]]  # from the launch's values, by name
 
-    @property
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.parameters)
 
+    @functools.cached_property
+    def _pick(self) -> Callable[[dict], tuple]:
+        return operator.itemgetter(*self.names)
+
     def arguments(self, values: dict) -> tuple:
-        """The argument tuple for ``ct.launch``, from a value for every parameter name."""
-        if set(values) != set(self.names):
-            raise KeyError(f"{self.name} kernels take {self.names}, got {tuple(values)}")
-        return tuple(values[name] for name in self.names)
+        """The argument tuple for ``ct.launch``, from a value for every parameter name
+        (other names in `values` are left out: what only the grid reads)."""
+        try:
+            return self._pick(values)
+        except KeyError as missing:
+            raise KeyError(f"{self.name} kernels take {self.names}, got no {missing}") from None
 
     def signature(self, input_dtype: ct.DType, constants: dict) -> KernelSignature:
         """The compile-only signature for inputs of `input_dtype` and these constants."""
@@ -96,6 +106,8 @@ def tiles_per_head(tensor: str, tile: str) -> Callable[[dict], tuple[int, int, i
 
 
 _QKV = (Tensor("Q", 4), Tensor("K", 4), Tensor("V", 4))
+# Every forward family's first parameters: a plan's launch on new tensors replaces these.
+FORWARD_TENSORS = ("Q", "K", "V", "Out", "Lse")
 # What every attention kernel (forward, dK/dV, dQ) takes after its tensors.
 _ATTENTION_SETTINGS = (Scalar("qk_scale", ct.float32), Scalar("query_offset", ct.int32),
                        Constant("TILE_D"), Constant("TILE_M"), Constant("TILE_N"),
@@ -214,3 +226,39 @@ FORWARD_TILED_HEAD_DIM_VARLEN = _varlen(FORWARD_TILED_HEAD_DIM, _tiled_head_dim_
                                         extra_constants=("RESIDENT_QUERY",))
 DKDV_VARLEN = _varlen(DKDV, tiles_per_sequence("max_seqlen_k", "TILE_N", "K"))
 DQ_VARLEN = _varlen(DQ, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))
+
+
+# Decoding from a KV cache (kernels/decode.py). Q, Out: (batch, heads, q_len, D), Lse
+# (batch, heads, q_len); K, V: the dense cache (batch, kv_heads, capacity, D) or, under
+# PAGED, the paged one (blocks, BLOCK_SIZE, kv_heads, D) with BlockTable (batch, blocks per
+# sequence).
+# Sequence b's keys are KeyStarts[b] (HAS_STARTS; else 0) to KeyEnds[b]-1 (HAS_LENGTHS;
+# else the capacity). One CTA per split, K/V
+# head and sequence; with more than one split (SPLIT) the CTAs write Partial and
+# PartialLse, (batch, kv_heads, splits, GROUP_TILE * QUERY_ROWS[, D]) float32, and
+# MERGE_SPLITS writes Out and Lse from them: one CTA per query row of each head. Both
+# grids come from the launch's sizes (batch, kv_heads, q_len, splits), not its tensors.
+_CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False)
+                      for name in ("KeyStarts", "KeyEnds")) + \
+    (Tensor("BlockTable", 2, ct.int32, aligned=False),)
+_OUTPUTS_AND_PARTIALS = (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
+                         Tensor("Partial", 5, ct.float32), Tensor("PartialLse", 4, ct.float32))
+DECODE = KernelFamily(
+    name="decode",
+    parameters=_QKV + _OUTPUTS_AND_PARTIALS + _CACHE_LOOKUP + (Scalar("qk_scale", ct.float32),)
+    + tuple(Constant(name) for name in ("TILE_D", "TILE_N", "QUERY_GROUP", "GROUP_TILE",
+                                        "QUERY_ROWS",
+                                        "CAUSAL", "PAGED", "BLOCK_SIZE", "HAS_STARTS",
+                                        "HAS_LENGTHS",
+                                        "SPLIT", "WRITE_LSE")),
+    grid=lambda values: (values["splits"], values["kv_heads"], values["batch"]),
+)
+MERGE_SPLITS = KernelFamily(
+    name="decode merge_splits",
+    parameters=(Tensor("Partial", 5, ct.float32), Tensor("PartialLse", 4, ct.float32),
+                Tensor("Out", 4), Tensor("Lse", 3, ct.float32), Constant("TILE_D"),
+                Constant("SPLITS_TILE"), Constant("QUERY_GROUP"), Constant("QUERY_ROWS"),
+                Constant("WRITE_LSE")),
+    grid=lambda values: (values["QUERY_GROUP"] * values["q_len"], values["kv_heads"],
+                         values["batch"]),
+)

@@ -18,7 +18,7 @@ from ..platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, T
                          arch_of_capability, entry_for)
 from ..platforms.environment import CHECK_COMMAND, require_environment
 from .definitions import STEPS, fastest_step, steps_for
-from .family import forward_constants
+from .family import FORWARD_TENSORS, forward_constants
 
 DTYPES = (torch.float16, torch.bfloat16)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid.y (heads) and grid.z (batch)
@@ -46,6 +46,12 @@ class LaunchPlan:
         ct.launch(torch.cuda.current_stream(self.out.device), self.grid, self.kernel, self.args)
         return self.out
 
+    def launch_on(self, q, k, v, out, lse) -> None:
+        """The same launch on other tensors of the same shapes, strides, dtypes and device
+        (lse: this plan's own when it writes none), on the current stream."""
+        ct.launch(current_stream(q.device), self.grid, self.kernel,
+                  (q, k, v, out, lse) + self.args[len(FORWARD_TENSORS):])
+
 
 @dataclass(frozen=True)
 class Names:
@@ -71,6 +77,22 @@ def with_hints(kernel, hints: dict | None):
 def kernel_for(step: int, hints: dict | None):
     """The step's kernel, with `hints` replaced when given."""
     return with_hints(STEPS[step].kernel, hints)
+
+
+@functools.cache
+def device_facts(device: torch.device) -> tuple[str, int]:
+    """(architecture, SM count) of a CUDA device, looked up once, with the environment
+    checked the first time."""
+    require_environment(device.index)
+    properties = torch.cuda.get_device_properties(device)
+    return arch_of_capability(properties.major, properties.minor), \
+        properties.multi_processor_count
+
+
+def current_stream(device: torch.device) -> int:
+    """The device's current CUDA stream as the raw handle ct.launch takes (a fraction of
+    torch.cuda.current_stream's cost, which a decoding step pays per layer)."""
+    return torch._C._cuda_getCurrentRawStream(device.index)
 
 
 @functools.cache

@@ -16,13 +16,12 @@ import torch
 
 from ..kernels import step9_unmasked_loop, step11_resident_query
 from ..kernels import varlen as kernels
-from ..platforms import HEAD_DIMS, PlatformEntry, arch_of_capability, entry_for
-from ..platforms.environment import require_environment
+from ..platforms import HEAD_DIMS, PlatformEntry, entry_for
 from .backward import check_backward_head_dim, launch_gradient_kernels, row_dot
 from .definitions import STEPS, fastest_step, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      KernelFamily, forward_constants)
-from .launcher import unused_lse, with_hints
+from .launcher import current_stream, device_facts, unused_lse, with_hints
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
 # launch (tiles and hints per head dim, causal or not) it takes from the platform table.
@@ -96,20 +95,17 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     Under `causal` each sequence's diagonal ends at its last key. Rows outside every
     sequence are left as they are, or `fill`ed (``_filled``). `platform`: another entry
     than this GPU's (the autotuner's candidates)."""
-    require_environment(q.device.index)
     shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse)
     kernel, family, constants = forward_kernel(platform, **shape) if platform else \
-        _device_forward_kernel(arch_of_capability(*torch.cuda.get_device_capability(q.device)),
-                               **shape)
+        _device_forward_kernel(device_facts(q.device)[0], **shape)
     out = _filled(torch.empty_like(q), fill)
     lse = _filled(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
               "Lse": lse if with_lse else unused_lse(q.device),
               **bounds.values(), "qk_scale": scale, **constants}
-    ct.launch(torch.cuda.current_stream(q.device),
-              family.grid(values | {"max_seqlen_q": max_seqlen_q}), kernel,
-              family.arguments(values))
+    ct.launch(current_stream(q.device), family.grid(values | {"max_seqlen_q": max_seqlen_q}),
+              kernel, family.arguments(values))
     return out, lse
 
 

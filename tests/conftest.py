@@ -10,16 +10,29 @@ from cutile_fmha.steps.launcher import causal_query_offset
 from cutile_fmha.steps.reference import reference
 
 
-class ReferencePlan:
-    """Stands in for the launcher's plan on the CPU: the float64 reference, in the
+def reference_forward_launch(query, key, value, causal: str, scale: float, with_lse: bool):
+    """Stands in for the dense forward's launch on the CPU: the float64 reference, in the
     inputs' dtype, with its LSE."""
+    from cutile_fmha.dropin import _launcher_causal
 
-    def __init__(self, query, key, value, *, causal, scale, with_lse, **_):
-        out, lse = reference(query, key, value, causal=causal, scale=scale)
-        self.out, self.lse = out.to(query.dtype), (lse.float() if with_lse else None)
+    out, lse = reference(query, key, value, causal=_launcher_causal(causal), scale=scale)
+    return out.to(query.dtype), (lse.float() if with_lse else None)
 
-    def launch(self):
-        return self.out
+
+def reference_kvcache(query, key_cache, value_cache, cache_seqlens=None, *, cache_leftpad=None,
+                      is_causal=True, scale=None, **_):
+    """attention_with_kvcache on a dense cache in float64, sequence by sequence."""
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    ends = [key_cache.shape[2]] * query.shape[0] if cache_seqlens is None else cache_seqlens.tolist()
+    starts = [0] * query.shape[0] if cache_leftpad is None else cache_leftpad.tolist()
+    out = torch.zeros_like(query)
+    for b, (start, end) in enumerate(zip(starts, ends)):
+        if end > start:
+            o, _ = reference(query[b:b + 1], key_cache[b:b + 1, :, start:end],
+                             value_cache[b:b + 1, :, start:end],
+                             causal="bottom_right" if is_causal else False, scale=scale)
+            out[b] = o[0].to(query.dtype)
+    return out
 
 
 def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale):
@@ -93,9 +106,11 @@ def kernels_on_the_cpu(monkeypatch):
     transformers backend) and attention_varlen's with the kernels replaced by the
     reference, so it runs on the CPU; the kernels themselves are checked on the GPU
     (test_gpu_*.py). Gives the calls made, by kind."""
-    return count_kernel_calls(monkeypatch, forward=ReferencePlan, backward=reference_backward,
+    return count_kernel_calls(monkeypatch, forward=reference_forward_launch,
+                              backward=reference_backward,
                               varlen_forward=reference_varlen_forward,
-                              varlen_backward=reference_varlen_backward)
+                              varlen_backward=reference_varlen_backward,
+                              decode=reference_kvcache)
 
 
 @pytest.fixture
@@ -107,16 +122,19 @@ def kernel_calls(monkeypatch):
 
 def count_kernel_calls(monkeypatch, **stand_ins) -> Counter:
     """Counts the kernel launches the public entry points make, by kind: "forward" (dense
-    forward plans), "backward", "varlen_forward", "varlen_backward" (so a test sees that
-    its model really ran them), each optionally through a stand-in."""
+    forward launches), "backward", "varlen_forward", "varlen_backward", "decode" (the
+    transformers backend's decoding steps; so a test sees that its model really ran them),
+    each optionally through a stand-in."""
     import cutile_fmha.dropin as dropin
+    import cutile_fmha.kvcache as kvcache
     import cutile_fmha.varlen as varlen
 
     calls = Counter()
-    for kind, module, name in (("forward", dropin, "build_plan"),
+    for kind, module, name in (("forward", dropin, "forward_launch"),
                                ("backward", dropin, "attention_backward"),
                                ("varlen_forward", varlen, "varlen_forward"),
-                               ("varlen_backward", varlen, "varlen_backward")):
+                               ("varlen_backward", varlen, "varlen_backward"),
+                               ("decode", kvcache, "attention_with_kvcache")):
         fn = stand_ins.get(kind) or getattr(module, name)
         monkeypatch.setattr(module, name, _counted(calls, kind, fn))
     return calls

@@ -9,7 +9,8 @@ Every other architecture gets the step ``attention()`` runs there and, in turn, 
 steps (so each step meets some other architecture too), at a variant in turn, and past
 D=256 step 10 or 11 in turn at D=320. The backward's kernels compile at their launches
 for every head dim on sm_90 and one kernel at one head dim elsewhere; the variable-length
-kernels (kernels/varlen.py) likewise.
+kernels (kernels/varlen.py) likewise, and the decode kernels (kernels/decode.py) at every
+head dim on sm_90 and one variant in turn elsewhere.
 """
 
 import pytest
@@ -19,7 +20,8 @@ from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS
 from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import compile as compile_module
 from cutile_fmha.steps.backward import ROW_DOT_TILE_M
-from cutile_fmha.steps.compile import compile_backward, compile_step, compile_varlen, export_cubin
+from cutile_fmha.steps.compile import (compile_backward, compile_decode, compile_step,
+                                       compile_varlen, export_cubin)
 from cutile_fmha.steps.compile import main as compile_main
 from cutile_fmha.steps.definitions import fastest_step, steps_for
 from cutile_fmha.steps.family import ROW_DOT
@@ -148,3 +150,25 @@ def test_varlen_kernel_compiles(arch, name, head_dim, dtype, causal, write_lse, 
     cubin = compile_varlen(name, arch, dtype=dtype, head_dim=head_dim, causal=causal,
                            write_lse=write_lse, query_group=group)
     assert cubin[:4] == b"\x7fELF"
+
+
+# The decode kernel and its merge: one variant per architecture, in turn (dense or paged,
+# split or not, causal rows, left padding, LSE), every head dim it runs on sm_90.
+DECODE_VARIANTS = [dict(block_size=None, splits=1, q_len=1),
+                   dict(block_size=16, splits=4, q_len=4, causal=True, write_lse=True),
+                   dict(block_size=None, splits=8, q_len=2, has_starts=True, causal=True),
+                   dict(block_size=256, splits=1, q_len=1, write_lse=True)]
+
+
+def _decode_cases():
+    for index, head_dim in enumerate(HEAD_DIMS):
+        yield FULL_GRID_ARCH, head_dim, DECODE_VARIANTS[index % len(DECODE_VARIANTS)]
+    yield FULL_GRID_ARCH, 128, DECODE_VARIANTS[-1]
+    for index, arch in enumerate(OTHER_ARCHS):
+        yield arch, 128, DECODE_VARIANTS[index % len(DECODE_VARIANTS)]
+
+
+@pytest.mark.parametrize("arch,head_dim,variant", list(_decode_cases()))
+def test_decode_kernels_compile(arch, head_dim, variant):
+    for cubin in compile_decode(arch, dtype="bfloat16", head_dim=head_dim, **variant):
+        assert cubin[:4] == b"\x7fELF", "export_kernel did not produce a cubin"

@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cutile_fmha.kernels import varlen
+from cutile_fmha.kernels import decode, varlen
 from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
 from cutile_fmha.platforms import TileShape
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.family import (DKDV_VARLEN, DQ_VARLEN, FORWARD, FORWARD_TILED_HEAD_DIM,
-                                      FORWARD_VARLEN, forward_constants)
+from cutile_fmha.steps.family import (DECODE, DKDV_VARLEN, DQ_VARLEN, FORWARD,
+                                      FORWARD_TENSORS, FORWARD_TILED_HEAD_DIM, FORWARD_VARLEN,
+                                      MERGE_SPLITS, forward_constants)
 
 
 def parameters_of(source_file: str, kernel: str) -> tuple[str, ...]:
@@ -30,6 +31,17 @@ def test_every_step_takes_its_family_parameters_in_order(step):
                                            ("dq", DQ_VARLEN)])
 def test_variable_length_kernels_take_their_family_parameters_in_order(kernel, family):
     assert parameters_of(varlen.__file__, kernel) == family.names
+
+
+@pytest.mark.parametrize("kernel,family", [("decode", DECODE), ("merge_splits", MERGE_SPLITS)])
+def test_decode_kernels_take_their_family_parameters_in_order(kernel, family):
+    assert parameters_of(decode.__file__, kernel) == family.names
+
+
+def test_decode_grids_are_splits_by_kv_heads_by_batch_and_rows_by_kv_heads_by_batch():
+    sizes = {"batch": 3, "kv_heads": 8, "q_len": 2, "splits": 5, "QUERY_GROUP": 4}
+    assert DECODE.grid(sizes) == (5, 8, 3)
+    assert MERGE_SPLITS.grid(sizes) == (8, 8, 3)
 
 
 def test_variable_length_grid_is_longest_sequence_tiles_by_heads_by_sequences():
@@ -62,8 +74,7 @@ def test_tiled_head_dim_grid_has_a_cta_per_output_slice_of_each_query_tile():
     values = {"Q": q, **forward_constants(1024, tiles, causal=True, write_lse=True)}
     assert values["TILE_K"] == 64 and values["TILE_V"] == 512
     assert FORWARD_TILED_HEAD_DIM.grid(values) == (16 * 2, 5, 3)
-    with pytest.raises(KeyError):  # the plain family does not take TILE_K and TILE_V
-        FORWARD.arguments(values | {name: None for name in FORWARD.names if name not in values})
+    assert not {"TILE_K", "TILE_V"} & set(FORWARD.names)  # the plain family does not take them
 
 
 @pytest.mark.parametrize("width", [64, 320, 384, 448, 512, 576, 704, 1024])
@@ -74,3 +85,8 @@ def test_output_chunks_are_powers_of_two_at_offsets_that_are_tile_indices(width)
         assert chunk & (chunk - 1) == 0 and chunk <= 256
         assert offset % chunk == 0 and next_offset == offset + chunk
     assert output_chunks(448) == ((0, 256), (256, 128), (384, 64))
+
+
+def test_forward_families_start_with_the_tensors_a_plan_launches_on():
+    for step in STEPS.values():
+        assert step.family.names[:len(FORWARD_TENSORS)] == FORWARD_TENSORS

@@ -60,7 +60,9 @@ def test_generate_on_a_left_padded_batch_gives_sdpas_tokens(cache, models, kerne
         generations.append(generate(model, tokens, mask, 24))
     compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
     assert compared["all_near_ties"], compared
-    assert kernel_calls["varlen_forward"] == 2 * 24  # prefill and 23 decoding steps, 2 layers
+    # The prefill runs the variable-length kernel, the 23 decoding steps the decode kernel
+    # (on the padded cache, each row's keys from its padding mask), in both layers.
+    assert kernel_calls["varlen_forward"] == 2 and kernel_calls["decode"] == 2 * 23
 
 
 def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients():

@@ -145,7 +145,9 @@ def test_generate_on_a_left_padded_batch_gives_sdpas_tokens(cache, kernels_on_th
     if cache == "static":
         options["cache_implementation"] = "static"
     assert torch.equal(ours.generate(tokens, **options), sdpa.generate(tokens, **options))
-    assert kernels_on_the_cpu["varlen_forward"] == 2 * 6  # prefill and 5 decoding steps
+    # The 12-token prefill and the 5 decoding steps are all short enough for the decode
+    # kernel (up to DECODE_MAX_QUERY new tokens), each row's keys from its padding mask.
+    assert kernels_on_the_cpu["decode"] == 2 * 6 and not kernels_on_the_cpu["varlen_forward"]
 
 
 def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients(kernels_on_the_cpu):
@@ -198,10 +200,11 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
     assert len(result["losses"]["cutile_fmha"]) == len(result["packed_losses"][SDPA_NAME]) == 4
     assert result["generate"]["agreeing"] == result["generate"]["tokens"] == 2 * 3
     # one layer. Dense: prefill once for the logits and 4 times timed, 4 training steps.
-    # Variable length: the padded prefill once and 4 times timed, generate() five times
-    # (once compared, 4 times timed; prefill and 2 decoding steps each), 4 packed
-    # training steps.
+    # Variable length: the padded prefill once and 4 times timed, generate()'s prefill five
+    # times (once compared, 4 times timed), 4 packed training steps. Decode: generate()'s 2
+    # decoding steps, five times.
     assert kernels_on_the_cpu == {"forward": 1 + 4 + 4, "backward": 4,
-                                  "varlen_forward": 1 + 4 + 5 * 3 + 4, "varlen_backward": 4}
+                                  "varlen_forward": 1 + 4 + 5 + 4, "varlen_backward": 4,
+                                  "decode": 5 * 2}
     for line in ("tokens/s", "padded prefill", "packed training", "generate() of 3 tokens"):
         assert line in text

@@ -1,0 +1,221 @@
+"""Decoding from a KV cache, as flash-attn's ``flash_attn_with_kvcache`` takes it.
+
+``attention_with_kvcache`` attends a few new query rows per sequence to a dense or paged
+cache in one or two launches (kernels/decode.py), with no host synchronisation. The
+arguments are checked once per shape key (shapes, strides, dtypes, devices, options) and
+the launch planned once per key too: a decoding step calls this per layer and token.
+"""
+
+import numbers
+
+import torch
+
+from .dropin import tensor_key
+from .platforms.entry import DECODE_GUESS
+from .steps.decode import DecodeShape, decode_forward
+from .steps.launcher import DTYPES, _check_devices, softmax_scale
+
+__all__ = ["attention_with_kvcache"]
+
+HEAD_DIMS = tuple(DECODE_GUESS)  # every platform entry has a decode launch for these
+# The query columns of one CTA (group heads x query rows, each rounded up to a power of
+# two) are at most this many: its float32 accumulator is head dim x columns.
+MAX_COLUMNS = 128
+MAX_SPLITS = 64
+MIN_BLOCK_SIZE = 16  # each block's rows are one TMA load (kernels/decode.py)
+
+
+def columns(heads: int, kv_heads: int, q_len: int) -> int:
+    """The query columns of one decode CTA: group heads x query rows, each rounded up to a
+    power of two."""
+    return (1 << (heads // kv_heads - 1).bit_length()) * (1 << (q_len - 1).bit_length())
+
+
+# Shape key -> DecodeShape, for arguments already checked.
+_CHECKED: dict[tuple, DecodeShape] = {}
+
+
+@torch.library.custom_op("cutile_fmha::decode", mutates_args=())
+def _decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+            key_starts: torch.Tensor | None, key_ends: torch.Tensor | None,
+            block_table: torch.Tensor | None, causal: bool, scale: float,
+            num_splits: int | None, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse); lse is an empty tensor unless with_lse. What torch.compile sees."""
+    shape = _decode_shape(query, key_cache, block_table, key_starts is not None,
+                          key_ends is not None, causal, with_lse, num_splits)
+    out, lse = decode_forward(query, key_cache, value_cache, shape, scale=scale,
+                              key_starts=key_starts, key_ends=key_ends, block_table=block_table)
+    return out, lse if with_lse else out.new_empty(0, dtype=torch.float32)
+
+
+@_decode.register_fake
+def _(query, key_cache, value_cache, key_starts, key_ends, block_table, causal, scale,
+      num_splits, with_lse):
+    lse_shape = query.shape[:-1] if with_lse else (0,)
+    return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+
+
+def _decode_shape(query, key_cache, block_table, has_starts, has_lengths, causal, with_lse,
+                  num_splits):
+    batch, heads, q_len, head_dim = query.shape
+    paged = block_table is not None
+    kv_heads = key_cache.shape[2] if paged else key_cache.shape[1]
+    capacity = block_table.shape[1] * key_cache.shape[1] if paged else key_cache.shape[2]
+    return DecodeShape(batch=batch, head_dim=head_dim, kv_heads=kv_heads, group=heads // kv_heads,
+                       q_len=q_len, capacity=capacity,
+                       block_size=key_cache.shape[1] if paged else None, causal=causal,
+                       has_starts=has_starts, has_lengths=has_lengths, write_lse=with_lse, num_splits=num_splits)
+
+
+def _check_tensor(name, t, dims: int, what: str):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dimensions {what}, got shape "
+                         f"{tuple(t.shape)}")
+
+
+def _check_lookup(name, t, batch: int, dims: int, what: str):
+    _check_tensor(name, t, dims, what)
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32 (as flash-attn takes it), got {t.dtype}")
+    if t.shape[0] != batch:
+        raise ValueError(f"{name} must have a row per sequence, {batch} (query's batch), got "
+                         f"shape {tuple(t.shape)}")
+
+
+def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
+           is_causal, scale, num_splits, return_lse) -> tuple[DecodeShape, float]:
+    _check_tensor("query", query, 4, "(batch, heads, q_len, head_dim)")
+    paged = block_table is not None
+    layout = "(num_blocks, block_size, kv_heads, head_dim) with a block_table" if paged \
+        else "(batch, kv_heads, max_len, head_dim)"
+    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
+        _check_tensor(name, t, 4, layout)
+    for name, t in (("query", query), ("key_cache", key_cache), ("value_cache", value_cache)):
+        if t.dtype not in DTYPES:
+            raise TypeError(f"{name} must be float16 or bfloat16, got {t.dtype}")
+        if t.dtype != query.dtype:
+            raise TypeError(f"query, key_cache and value_cache must share one dtype: query is "
+                            f"{query.dtype}, {name} is {t.dtype}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dimension must be contiguous (stride 1), got "
+                             f"strides {t.stride()}")
+    if key_cache.shape != value_cache.shape:
+        raise ValueError(f"key_cache and value_cache must have one shape, got "
+                         f"{tuple(key_cache.shape)} and {tuple(value_cache.shape)}")
+    batch, heads, q_len, head_dim = query.shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim (last dimension of query) must be one of {HEAD_DIMS} for "
+                         f"decoding, got {head_dim}")
+    if key_cache.shape[-1] != head_dim:
+        raise ValueError(f"key_cache's head dim must be query's {head_dim}, got shape "
+                         f"{tuple(key_cache.shape)}")
+    kv_heads = key_cache.shape[2] if paged else key_cache.shape[1]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"query's head count must be a multiple of the cache's (grouped-query "
+                         f"attention), got {heads} and {kv_heads}")
+    if q_len < 1:
+        raise ValueError(f"query must have at least one row, got shape {tuple(query.shape)}")
+    if columns(heads, kv_heads, q_len) > MAX_COLUMNS:
+        raise ValueError(f"q_len {q_len} with {heads // kv_heads} query heads per K/V head is "
+                         f"more than one CTA holds ({MAX_COLUMNS} columns, each rounded up to "
+                         f"a power of two): decode a longer chunk with attention() or "
+                         f"attention_varlen()")
+    if paged:
+        _check_lookup("block_table", block_table, batch, 2, "(batch, max_blocks)")
+        block_size = key_cache.shape[1]
+        if block_size < MIN_BLOCK_SIZE or block_size & (block_size - 1):
+            raise ValueError(f"the paged cache's block_size (key_cache.shape[1]) must be a power "
+                             f"of two from {MIN_BLOCK_SIZE} up, got {block_size}")
+        if cache_seqlens is None:
+            raise ValueError("a paged cache needs cache_seqlens: each sequence's length")
+    elif key_cache.shape[0] != batch:
+        raise ValueError(f"key_cache must hold query's batch of {batch} sequences, got shape "
+                         f"{tuple(key_cache.shape)}")
+    for name, t in (("cache_seqlens", cache_seqlens), ("cache_leftpad", cache_leftpad)):
+        if t is not None:
+            _check_lookup(name, t, batch, 1, "(batch,)")
+    if cache_leftpad is not None and cache_seqlens is None:
+        raise ValueError("cache_leftpad needs cache_seqlens (where each sequence ends)")
+    for name, flag in (("is_causal", is_causal), ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if num_splits is not None:
+        if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral):
+            raise TypeError(f"num_splits must be an int or None, got {type(num_splits).__name__}")
+        if not 1 <= num_splits <= MAX_SPLITS:
+            raise ValueError(f"num_splits must be from 1 to {MAX_SPLITS} (or None: the "
+                             f"platform's rule), got {num_splits}")
+    scale = softmax_scale(scale, head_dim)
+    named = [("query", query), ("key_cache", key_cache), ("value_cache", value_cache)]
+    named += [(name, t) for name, t in (("cache_seqlens", cache_seqlens),
+                                        ("block_table", block_table),
+                                        ("cache_leftpad", cache_leftpad)) if t is not None]
+    _check_devices(named)
+    shape = _decode_shape(query, key_cache, block_table, cache_leftpad is not None,
+                          cache_seqlens is not None, is_causal and q_len > 1, return_lse,
+                          None if num_splits is None else int(num_splits))
+    return shape, scale
+
+
+def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
+                           block_table=None, cache_leftpad=None, is_causal=True, scale=None,
+                           num_splits=None, return_lse=False):
+    """Attention of a few new query rows per sequence to its KV cache (decoding), as
+    flash-attn's ``flash_attn_with_kvcache``, in SDPA's layout.
+
+    query: (batch, heads, q_len, D), q_len from 1 to a few dozen (speculative decoding,
+    chunked prefill tails: up to 128 columns per CTA, heads per K/V head times q_len, each
+    rounded up to a power of two); float16 or bfloat16, last dimension contiguous; D 64,
+    128 or 256.
+    key_cache, value_cache: the cache, already holding the new tokens' keys and values
+    (appending is the caller's, as transformers' and vLLM's caches do it; cache_seqlens
+    counts them): dense (batch, kv_heads, max_len, D), transformers' layout; or paged
+    (num_blocks, block_size, kv_heads, D) with `block_table`, flash-attn's and vLLM's.
+    kv_heads divides heads: each K/V byte is read once for all the query heads sharing it.
+    cache_seqlens: int32 (batch,) on the device, each sequence's number of keys; None (a
+        dense cache only): every sequence fills the cache.
+    block_table: int32 (batch, max_blocks): sequence b's key p is in block
+        block_table[b, p // block_size].
+    cache_leftpad: int32 (batch,): where each sequence's keys start in a dense cache (left
+        padding; flash-attn's name); None: at 0.
+    is_causal: query row t of a sequence with n keys sees keys up to n - q_len + t (the new
+        tokens are the cache's last); with q_len 1 it changes nothing.
+    scale: softmax scale, default 1/sqrt(D).
+    num_splits: how many CTAs share each sequence's keys (flash-decoding), 1 to 64; None:
+        the platform table's rule from batch x kv_heads x length against the SM count.
+    return_lse: also return the log-sum-exp, float32 (batch, heads, q_len), natural log.
+
+    Lengths and block numbers are read on the device only, never on the host: lengths past
+    the cache are clamped to it, block numbers to the cache's blocks (wrong numbers give
+    wrong rows, never a read outside the cache). A sequence with no keys gives zeros (LSE
+    -inf). Forward only (no autograd); a call can be captured in a CUDA graph and runs
+    under torch.compile.
+    """
+    arguments = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
+                 is_causal, scale, num_splits, return_lse)
+    if torch.compiler.is_compiling():  # traced once: one opaque operator in the graph
+        shape, scale = _check(*arguments)
+        out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
+                           block_table, shape.causal, scale, shape.num_splits, return_lse)
+        return (out, lse) if return_lse else out
+    try:
+        key = tuple(map(tensor_key, arguments[:6])) + arguments[6:]
+        checked = _CHECKED.get(key)
+    except (AttributeError, TypeError):  # not tensors, or unhashable options: _check says
+        key, checked = None, None
+    if checked is None:
+        checked = _check(*arguments)
+        if key is not None:
+            _CHECKED[key] = checked
+    shape, scale = checked
+    if query.shape[0] == 0:
+        out = torch.empty_like(query)
+        return (out, query.new_empty(query.shape[:-1], dtype=torch.float32)) if return_lse \
+            else out
+    # The custom operator's work, without its dispatch (a few microseconds a call).
+    out, lse = decode_forward(query, key_cache, value_cache, shape, scale=scale,
+                              key_starts=cache_leftpad, key_ends=cache_seqlens,
+                              block_table=block_table)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,216 @@
+"""Decoding from a KV cache: how close ``attention_with_kvcache`` reads it to the memory's peak.
+
+    python assets/fmha_decode_benchmark.py                     # the default grid, bf16, D=128
+    python assets/fmha_decode_benchmark.py --batch 1 16 --cache 4096 32768 --json out.json
+
+One query token per sequence against caches of each length: dense with equal lengths,
+dense with ragged lengths (uniform from 1 to the cache length), and paged (shuffled block
+tables, block sizes 16/64/256). For each case: the time of one call (CUDA graph replays,
+``triton.testing.do_bench_cudagraph``), the K/V bytes of the real keys read per second,
+and that as a fraction of the device's HBM peak; SDPA's cuDNN and flash backends on the
+dense equal-length cases (the same rounds), and FlashAttention-4's decode where
+``flash_attn.cute`` can be imported. Cases whose caches would not fit in --max-gib are
+skipped with a line.
+"""
+
+import argparse
+import csv
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+from tqdm import tqdm
+
+# HBM peak per device name, bytes/s (vendor figures).
+HBM_PEAK = {"H100 80GB HBM3": 3.35e12, "H100": 3.35e12, "H200": 4.8e12}
+
+
+def hbm_peak(name: str) -> float | None:
+    return next((peak for key, peak in HBM_PEAK.items() if key in name), None)
+
+
+def parse(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 128])
+    parser.add_argument("--cache", type=int, nargs="+", default=[1024, 4096, 32768, 131072])
+    parser.add_argument("--heads", type=int, nargs="+", default=[32, 64],
+                        help="query heads (8 K/V heads)")
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    parser.add_argument("--block-sizes", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--max-gib", type=float, default=40.0,
+                        help="skip cases whose K and V caches take more than this")
+    parser.add_argument("--host-time", action="store_true",
+                        help="instead: the host time per call of attention(), attention_varlen()"
+                             " and attention_with_kvcache() on small problems (B=1, Nk 512), "
+                             "without CUDA graphs, against SDPA's")
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--csv", help="write the rows here")
+    return parser.parse_args(argv)
+
+
+def cases(args):
+    for heads in args.heads:
+        for batch in args.batch:
+            for cache in args.cache:
+                yield heads, batch, cache, "dense", None
+                yield heads, batch, cache, "ragged", None
+                if heads == args.heads[0]:
+                    for block_size in args.block_sizes:
+                        yield heads, batch, cache, "paged", block_size
+
+
+def flash_attention_4():
+    try:
+        from flash_attn.cute import flash_attn_with_kvcache
+    except ImportError:
+        return None
+    return flash_attn_with_kvcache
+
+
+def measure(args, heads, batch, cache, layout, block_size, fa4):
+    from triton.testing import do_bench_cudagraph
+
+    from cutile_fmha import attention_with_kvcache
+
+    dtype = getattr(torch, args.dtype)
+    kv_heads, head_dim = args.kv_heads, args.head_dim
+    generator = torch.Generator(device="cuda").manual_seed(batch * cache)
+    query = torch.randn(batch, heads, 1, head_dim, device="cuda", dtype=dtype, generator=generator)
+    if layout == "ragged":
+        lengths = torch.randint(1, cache + 1, (batch,), device="cuda", generator=generator)
+    else:
+        lengths = torch.full((batch,), cache, device="cuda")
+    lengths = lengths.to(torch.int32)
+    if layout == "paged":
+        per_sequence = math.ceil(cache / block_size)
+        shape = (batch * per_sequence, block_size, kv_heads, head_dim)
+        table = torch.randperm(batch * per_sequence, device="cuda", generator=generator)
+        options = {"block_table": table.reshape(batch, per_sequence).int()}
+    else:
+        shape, options = (batch, kv_heads, cache, head_dim), {}
+    keys, values = (torch.randn(shape, device="cuda", dtype=dtype, generator=generator)
+                    for _ in range(2))
+    read = 2 * kv_heads * head_dim * dtype.itemsize * lengths.sum().item()
+    timings = {"ours": lambda: attention_with_kvcache(query, keys, values, lengths, **options)}
+    if layout == "dense":
+        for backend, name in ((torch.nn.attention.SDPBackend.CUDNN_ATTENTION, "cuDNN"),
+                              (torch.nn.attention.SDPBackend.FLASH_ATTENTION, "flash")):
+            def sdpa(backend=backend):
+                with torch.nn.attention.sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)
+            timings[name] = sdpa
+        if fa4 is not None:
+            q, k, v = (t.transpose(1, 2) for t in (query, keys, values))
+            timings["FA4"] = lambda: fa4(q, k, v, cache_seqlens=lengths)
+    seconds = {}
+    for name, fn in timings.items():
+        try:
+            fn()
+            seconds[name] = do_bench_cudagraph(fn, rep=50) * 1e-3
+        except Exception as error:  # a backend that refuses a case: say so, keep going
+            print(f"{name} failed on {heads}/{batch}/{cache}/{layout}: "
+                  f"{type(error).__name__}: {str(error).splitlines()[0][:120]}")
+    return read, seconds
+
+
+def host_microseconds(fn, calls: int = 300) -> float:
+    """Host time per call: `calls` calls issued back to back (the GPU keeps up with tiny
+    problems, so the host is what is timed), after warm-up; median of 5 rounds."""
+    import statistics
+    import time
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    rounds = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(rounds)
+
+
+def host_times(args) -> list[dict]:
+    from cutile_fmha import attention, attention_varlen, attention_with_kvcache
+
+    dtype, head_dim, keys_len = getattr(torch, args.dtype), args.head_dim, 512
+    heads, kv_heads = args.heads[0], args.kv_heads
+    rows = []
+    for q_len in (1, 4, 16, 32, 128):
+        query = torch.randn(1, heads, q_len, head_dim, device="cuda", dtype=dtype)
+        keys, values = (torch.randn(1, kv_heads, keys_len, head_dim, device="cuda", dtype=dtype)
+                        for _ in range(2))
+        lengths = torch.full((1,), keys_len, dtype=torch.int32, device="cuda")
+        packed = [t[0].transpose(0, 1).contiguous() for t in (query, keys, values)]
+        cu_q = torch.tensor([0, q_len], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, keys_len], dtype=torch.int32, device="cuda")
+        calls = {
+            "SDPA": lambda: F.scaled_dot_product_attention(query, keys, values, enable_gqa=True),
+            "attention()": lambda: attention(query, keys, values, enable_gqa=True),
+            "attention_varlen()": lambda: attention_varlen(*packed, cu_q, cu_k, q_len, keys_len),
+        }
+        if q_len * heads // kv_heads <= 128:
+            calls["attention_with_kvcache()"] = lambda: attention_with_kvcache(
+                query, keys, values, lengths, is_causal=False)
+        rows.append({"q_len": q_len, "k_len": keys_len, **{
+            f"{name} us": round(host_microseconds(fn), 1) for name, fn in calls.items()}})
+    return rows
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 1
+    if args.host_time:
+        rows = host_times(args)
+        print(f"{torch.cuda.get_device_name()}: host time per call, B=1, "
+              f"{args.heads[0]}/{args.kv_heads} heads, D={args.head_dim}, no CUDA graph")
+        print(tabulate(rows, headers="keys", tablefmt="github"))
+        return 0
+    name = torch.cuda.get_device_name()
+    peak = hbm_peak(name)
+    fa4 = flash_attention_4()
+    print(f"{name}, HBM peak {peak / 1e12 if peak else float('nan'):.2f} TB/s; FA4 "
+          f"{'staged' if fa4 else 'not importable: skipped'}")
+    rows = []
+    for heads, batch, cache, layout, block_size in tqdm(list(cases(args)), desc="decode"):
+        gib = 2 * batch * args.kv_heads * cache * args.head_dim * 2 / 2**30
+        if gib > args.max_gib:
+            tqdm.write(f"skipped {heads}/{args.kv_heads} heads, batch {batch}, cache {cache}: "
+                       f"{gib:.0f} GiB of cache > --max-gib {args.max_gib}")
+            continue
+        read, seconds = measure(args, heads, batch, cache, layout, block_size, fa4)
+        row = {"heads": f"{heads}/{args.kv_heads}", "batch": batch, "cache": cache,
+               "layout": layout + (f" {block_size}" if block_size else "")}
+        for backend, time in seconds.items():
+            row[f"{backend} us"] = round(time * 1e6, 1)
+            row[f"{backend} GB/s"] = round(read / time / 1e9)
+        if peak and "ours" in seconds:
+            row["ours % peak"] = round(100 * read / seconds["ours"] / peak, 1)
+        if "cuDNN" in seconds and "ours" in seconds:
+            row["ours / cuDNN time"] = round(seconds["ours"] / seconds["cuDNN"], 3)
+        rows.append(row)
+        torch.cuda.empty_cache()
+    print(tabulate(rows, headers="keys", tablefmt="github"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": name, "hbm_peak": peak, "dtype": args.dtype,
+                       "head_dim": args.head_dim, "rows": rows}, f, indent=1)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=sorted({k for row in rows for k in row}))
+            writer.writeheader()
+            writer.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Decoding from a KV cache: a few new query rows per sequence against a long cache.
+
+Decoding is bound by memory, not by the tensor cores: each step reads the whole cache
+once and does two multiply-adds per byte. So the kernel's shape follows the bytes:
+
+- One CTA per (split, K/V head, sequence) reads each K/V tile once for every query head
+  of the group that shares it (grouped-query attention): the group's heads and the query
+  rows are one tile of GROUP_TILE x QUERY_ROWS columns.
+- The products run transposed, S^T = K Q^T and O^T = V^T P^T: the cache tile (TILE_N
+  keys, or the head dim) is the matrix product's M side, so a group of 4 heads of one
+  query row uses a 64- or 128-row warpgroup product fully, not one padded from 4 rows.
+- Split-KV (flash-decoding): with few sequences and heads, the keys of each sequence are
+  cut into ct.num_blocks(0) chunks, each CTA writes its chunk's normalised output and
+  log-sum-exp to float32 buffers, and ``merge_splits`` combines them. With one split the
+  CTA writes the output itself (SPLIT=False).
+- The cache is dense, (batch, kv_heads, capacity, D) as transformers keeps it, or paged
+  (PAGED): (blocks, BLOCK_SIZE, kv_heads, D), sequence b's key p in block
+  BlockTable[b, p // BLOCK_SIZE], each block's rows a TMA load of its own.
+- Sequence b's keys are KeyStarts[b] (HAS_STARTS; else 0) to KeyEnds[b]-1 (HAS_LENGTHS;
+  else the whole capacity). Under CAUSAL its query row t sees keys up to KeyEnds[b] - q_len + t: the
+  new tokens are the cache's last ones.
+
+Only the tiles at the ends of a sequence (KeyStarts not on a tile boundary, the last keys,
+the causal diagonal) run mask code. Their V rows outside the sequence are zeroed too: a
+cache's unused slots may hold anything, NaN included, and 0 * NaN is NaN. Page numbers
+are clamped to the cache, so a block table entry past a sequence's end is never a read
+outside it.
+"""
+
+import math
+
+import cuda.tile as ct
+
+from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
+
+ZERO = ct.PaddingMode.ZERO
+
+
+def key_range(KeyStarts, KeyEnds, batch, capacity, HAS_STARTS: ConstBool,
+              HAS_LENGTHS: ConstBool):
+    """The sequence's first key and one past its last, clamped to the cache."""
+    end = min(max(ct.gather(KeyEnds, batch), 0), capacity) if HAS_LENGTHS else capacity
+    start = min(max(ct.gather(KeyStarts, batch), 0), end) if HAS_STARTS else 0
+    return start, end
+
+
+def load_block_rows(Cache, BlockTable, batch, kv_head, first_key, ROWS: ConstInt,
+                    TILE_D: ConstInt, BLOCK_SIZE: ConstInt):
+    """ROWS keys of a paged cache from first_key on, all in one block: (ROWS, TILE_D)."""
+    block = ct.gather(BlockTable, (batch, first_key // BLOCK_SIZE))  # 0 past the table
+    block = min(max(block, 0), Cache.shape[0] - 1)
+    return ct.load(Cache, index=(block, (first_key % BLOCK_SIZE) // ROWS, kv_head, 0),
+                   shape=(1, ROWS, 1, TILE_D), padding_mode=ZERO,
+                   latency=4).reshape((ROWS, TILE_D))
+
+
+def load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N: ConstInt,
+                    TILE_D: ConstInt, PAGED: ConstBool, BLOCK_SIZE: ConstInt):
+    """Keys tile * TILE_N.. of one sequence and K/V head, (TILE_N, TILE_D), zero past the
+    cache. A paged tile spans TILE_N // BLOCK_SIZE blocks (at most 8), each its own TMA
+    load (Hopper's TMA has no gather), joined."""
+    if not PAGED:
+        return ct.load(Cache, index=(batch, kv_head, tile, 0), shape=(1, 1, TILE_N, TILE_D),
+                       padding_mode=ZERO, latency=4).reshape((TILE_N, TILE_D))
+    rows = min(TILE_N, BLOCK_SIZE)
+    first = tile * TILE_N
+    args = (Cache, BlockTable, batch, kv_head)
+    if TILE_N == rows:
+        return load_block_rows(*args, first, rows, TILE_D, BLOCK_SIZE)
+    two = ct.cat((load_block_rows(*args, first, rows, TILE_D, BLOCK_SIZE),
+                  load_block_rows(*args, first + rows, rows, TILE_D, BLOCK_SIZE)), 0)
+    if TILE_N == 2 * rows:
+        return two
+    four = ct.cat((two, ct.cat((load_block_rows(*args, first + 2 * rows, rows, TILE_D, BLOCK_SIZE),
+                                load_block_rows(*args, first + 3 * rows, rows, TILE_D,
+                                                BLOCK_SIZE)), 0)), 0)
+    if TILE_N == 4 * rows:
+        return four
+    upper = ct.cat((ct.cat((load_block_rows(*args, first + 4 * rows, rows, TILE_D, BLOCK_SIZE),
+                            load_block_rows(*args, first + 5 * rows, rows, TILE_D, BLOCK_SIZE)),
+                           0),
+                    ct.cat((load_block_rows(*args, first + 6 * rows, rows, TILE_D, BLOCK_SIZE),
+                            load_block_rows(*args, first + 7 * rows, rows, TILE_D, BLOCK_SIZE)),
+                           0)), 0)
+    return ct.cat((four, upper), 0)
+
+
+def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_head, start,
+           end, last_key, qk_scale_log2, TILE_D: ConstInt, TILE_N: ConstInt,
+           CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, MASKED: ConstBool):
+    """Key tiles first_tile..end_tile-1 into the running column statistics (m, l: (1, M))
+    and acc (TILE_D, M); with MASKED, keys outside start..end-1 and past each column's
+    `last_key` count for nothing."""
+    for j in range(first_tile, end_tile):
+        k = load_cache_tile(K, BlockTable, batch, kv_head, j, TILE_N, TILE_D, PAGED, BLOCK_SIZE)
+        s = ct.mma(k, q_t, ct.full((TILE_N, q_t.shape[1]), 0.0, dtype=ct.float32))
+        if MASKED:
+            keys = (j * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]
+            in_sequence = (keys >= start) & (keys < end)
+            visible = in_sequence & (keys <= last_key) if CAUSAL else in_sequence
+            s = ct.where(visible, s, -math.inf)
+        m_new = ct.maximum(m, ct.max(s, axis=0, keepdims=True) * qk_scale_log2)
+        # A column that has seen no key yet keeps m = -inf: subtract 0 there, not -inf.
+        m_used = ct.where(m_new == -math.inf, 0.0, m_new)
+        p = ct.exp2(s * qk_scale_log2 - m_used, flush_to_zero=True)
+        alpha = ct.exp2(m - m_used, flush_to_zero=True)
+        l = l * alpha + ct.sum(p, axis=0, keepdims=True)
+        v = load_cache_tile(V, BlockTable, batch, kv_head, j, TILE_N, TILE_D, PAGED, BLOCK_SIZE)
+        if MASKED:
+            v = ct.where(in_sequence, v, 0.0)
+        acc = ct.mma(ct.transpose(v), p.astype(v.dtype), acc * alpha)
+        m = m_new
+    return m, l, acc
+
+
+@ct.kernel
+def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable,
+           qk_scale: float, TILE_D: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+           GROUP_TILE: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool,
+           BLOCK_SIZE: ConstInt, HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool,
+           SPLIT: ConstBool, WRITE_LSE: ConstBool):
+    """Q, Out: (batch, heads, q_len, D), any strides; Lse: (batch, heads, q_len) float32;
+    Partial, PartialLse: (batch, kv_heads, splits, M, D) and (.., M) float32 with M =
+    GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT)."""
+    split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    q_len = Q.shape[2]
+    columns = GROUP_TILE * QUERY_ROWS
+    capacity = BlockTable.shape[1] * BLOCK_SIZE if PAGED else K.shape[2]
+    start, end = key_range(KeyStarts, KeyEnds, batch, capacity, HAS_STARTS, HAS_LENGTHS)
+
+    # Column c is query row c % QUERY_ROWS of the group's head c // QUERY_ROWS. Q is a few
+    # rows, gathered (any layout, any group size); the cache is what is streamed.
+    column = ct.arange(columns, dtype=ct.int32)
+    head, query_row = (kv_head * QUERY_GROUP + column // QUERY_ROWS)[:, None], \
+        (column % QUERY_ROWS)[:, None]
+    is_query = (column // QUERY_ROWS < QUERY_GROUP)[:, None] & (query_row < q_len)
+    dims = ct.arange(TILE_D, dtype=ct.int32)[None, :]
+    q_t = ct.transpose(ct.gather(Q, (batch, head, query_row, dims), mask=is_query))
+    last_key = (end - q_len + column % QUERY_ROWS)[None, :]
+
+    # This split's share of the sequence's key tiles, and which of them need no mask.
+    first_tile = start // TILE_N
+    num_tiles = ct.cdiv(end, TILE_N) - first_tile
+    per_split = ct.cdiv(num_tiles, ct.num_blocks(0))
+    lo = first_tile + min(split * per_split, num_tiles)
+    hi = first_tile + min((split + 1) * per_split, num_tiles)
+    unmasked_lo = min(max(ct.cdiv(start, TILE_N), lo), hi)
+    unmasked_hi = max(min((end - (q_len - 1 if CAUSAL else 0)) // TILE_N, hi), unmasked_lo)
+
+    qk_scale_log2 = qk_scale * INV_LOG_2
+    m = ct.full((1, columns), -math.inf, dtype=ct.float32)
+    l = ct.full((1, columns), 0.0, dtype=ct.float32)
+    acc = ct.full((TILE_D, columns), 0.0, dtype=ct.float32)
+    shared = (K, V, BlockTable)
+    settings = (batch, kv_head, start, end, last_key, qk_scale_log2, TILE_D, TILE_N, CAUSAL,
+                PAGED, BLOCK_SIZE)
+    m, l, acc = attend(*shared, q_t, m, l, acc, lo, unmasked_lo, *settings, True)
+    m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
+    m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_hi, hi, *settings, True)
+
+    # A column that saw no key (an empty split or sequence, a causal row before the first
+    # key) gives 0 and an LSE of -inf.
+    seen = l > 0.0
+    out = ct.transpose(ct.where(seen, ct.truediv(acc, ct.where(seen, l, 1.0)), 0.0))
+    lse_log2 = ct.where(seen, m + ct.log2(ct.where(seen, l, 1.0)), -math.inf)
+    if SPLIT:
+        ct.store(Partial, index=(batch, kv_head, split, 0, 0),
+                 tile=out.reshape((1, 1, 1, columns, TILE_D)))
+        ct.store(PartialLse, index=(batch, kv_head, split, 0),
+                 tile=lse_log2.reshape((1, 1, 1, columns)))
+    else:
+        ct.scatter(Out, (batch, head, query_row, dims), out.astype(Out.dtype), mask=is_query)
+        if WRITE_LSE:
+            ct.scatter(Lse, (batch, head, query_row), (lse_log2 * LN_2).reshape((columns, 1)),
+                       mask=is_query)
+
+
+@ct.kernel
+def merge_splits(Partial, PartialLse, Out, Lse, TILE_D: ConstInt, SPLITS_TILE: ConstInt,
+                 QUERY_GROUP: ConstInt, QUERY_ROWS: ConstInt, WRITE_LSE: ConstBool):
+    """One query row of one head: the splits' outputs weighted by their share of the
+    softmax denominator, exp2(lse_split - lse) (Out, Lse and the buffers as in decode)."""
+    row, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    q_len = Out.shape[2]
+    head_in_group, query_row = row // q_len, row % q_len
+    column = head_in_group * QUERY_ROWS + query_row
+    lse = ct.gather(PartialLse, (batch, kv_head, ct.arange(SPLITS_TILE, dtype=ct.int32), column),
+                    padding_value=-math.inf)
+    partial = ct.load(Partial, index=(batch, kv_head, 0, column, 0),
+                      shape=(1, 1, SPLITS_TILE, 1, TILE_D), padding_mode=ZERO)
+    largest = ct.max(lse)
+    largest = ct.where(largest == -math.inf, 0.0, largest)
+    weights = ct.exp2(lse - largest, flush_to_zero=True)
+    total = ct.sum(weights)
+    seen = total > 0.0
+    out = ct.sum(partial.reshape((SPLITS_TILE, TILE_D)) * weights[:, None], axis=0)
+    out = ct.where(seen, out / ct.where(seen, total, 1.0), 0.0)
+    head = kv_head * QUERY_GROUP + head_in_group
+    ct.store(Out, index=(batch, head, query_row, 0),
+             tile=out.reshape((1, 1, 1, TILE_D)).astype(Out.dtype))
+    if WRITE_LSE:
+        log_sum = ct.where(seen, (largest + ct.log2(ct.where(seen, total, 1.0))) * LN_2,
+                           -math.inf)
+        ct.store(Lse, index=(batch, head, query_row), tile=log_sum.reshape((1, 1, 1)))

@@ -1,0 +1,145 @@
+"""The decode launcher: a few query rows per sequence against a dense or paged KV cache.
+
+One launch of kernels/decode.py's ``decode`` (and of ``merge_splits`` when the cache is
+split). Everything that depends only on shapes (the kernel with its hints, the constants,
+the split count, the grids) is a ``DecodePlan``, made once per shape key and cached, so
+that a decoding step, which calls this per layer and token, pays for a dictionary lookup,
+the output allocation and the launches. Nothing reads a device tensor on the host: a call
+can be captured in a CUDA graph.
+"""
+
+import functools
+from dataclasses import dataclass, field
+
+import cuda.tile as ct
+import torch
+
+from ..kernels import decode as kernels
+from ..platforms import DecodeLaunch, PlatformEntry, entry_for
+from .family import DECODE, MERGE_SPLITS
+from .launcher import current_stream, device_facts, with_hints
+
+# Columns of the transposed products (group heads x query rows) are at least this many:
+# the smallest N a warpgroup product takes.
+MIN_COLUMNS = 8
+# A paged cache's key tile spans at most this many blocks (kernels/decode.py).
+MAX_BLOCKS_PER_TILE = 8
+
+
+def _power_of_two_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """What a decode launch depends on besides the tensors' addresses."""
+    batch: int
+    head_dim: int
+    kv_heads: int
+    group: int  # query heads per K/V head
+    q_len: int
+    capacity: int  # keys a sequence can have: the dense cache's length, or blocks x size
+    block_size: int | None  # None: a dense cache
+    causal: bool
+    has_starts: bool  # keys start at a per-sequence index (left padding), not at 0
+    has_lengths: bool
+    write_lse: bool
+    num_splits: int | None  # None: the platform's rule
+
+
+@dataclass
+class DecodePlan:
+    """One shape's launches on one device: the kernels, their grids and constants, the
+    placeholders of the arrays they do not touch, and the split buffers per stream."""
+    kernel: object
+    grid: tuple[int, int, int]
+    constants: dict
+    merge_grid: tuple[int, int, int]
+    merge_constants: dict
+    split_buffer_shape: tuple[int, ...] | None  # (batch, kv_heads, splits, columns, D)
+    device: torch.device
+    split_buffers: dict = field(default_factory=dict)  # stream -> (partial, partial_lse)
+
+    def buffers(self, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 split buffers of launches on `stream`: kept, since launches on one
+        stream run one after the other (a CUDA graph captures their addresses)."""
+        if self.split_buffer_shape is None:
+            return _placeholder(self.device, 5, torch.float32), \
+                _placeholder(self.device, 4, torch.float32)
+        if stream not in self.split_buffers:
+            partial = torch.empty(self.split_buffer_shape, dtype=torch.float32,
+                                  device=self.device)
+            self.split_buffers[stream] = (partial, partial[..., 0].clone())
+        return self.split_buffers[stream]
+
+
+def decode_plan(shape: DecodeShape, entry: PlatformEntry, sms: int,
+                device: torch.device) -> DecodePlan:
+    """The launches of `shape` with `entry`'s decode launch for its head dim, on a GPU with
+    `sms` SMs."""
+    launch: DecodeLaunch = entry.decode[shape.head_dim]
+    group_tile = _power_of_two_at_least(shape.group)
+    query_rows = max(_power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
+    splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
+                                               sms)
+    tile_n = launch.tile_n if shape.block_size is None else \
+        min(launch.tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
+    common = {"TILE_D": shape.head_dim, "QUERY_GROUP": shape.group, "QUERY_ROWS": query_rows,
+              "WRITE_LSE": shape.write_lse}
+    constants = common | {"TILE_N": tile_n, "GROUP_TILE": group_tile, "CAUSAL": shape.causal,
+                          "PAGED": shape.block_size is not None,
+                          "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
+                          "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1}
+    merge_constants = common | {"SPLITS_TILE": _power_of_two_at_least(splits)}
+    sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
+             "splits": splits}
+    return DecodePlan(
+        kernel=with_hints(kernels.decode, launch.hints()), grid=DECODE.grid(sizes),
+        constants=constants, merge_grid=MERGE_SPLITS.grid(sizes | merge_constants),
+        merge_constants=merge_constants,
+        split_buffer_shape=(shape.batch, shape.kv_heads, splits, group_tile * query_rows,
+                            shape.head_dim) if splits > 1 else None,
+        device=device)
+
+
+@functools.cache
+def _cached_plan(shape: DecodeShape, device: torch.device) -> DecodePlan:
+    arch, sms = device_facts(device)
+    return decode_plan(shape, entry_for(arch), sms, device)
+
+
+@functools.cache
+def _placeholder(device: torch.device, rank: int, dtype: torch.dtype) -> torch.Tensor:
+    """An argument a launch never touches (the constants say so): one element."""
+    return torch.empty((1,) * rank, dtype=dtype, device=device)
+
+
+def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: float,
+                   key_starts=None, key_ends=None, block_table=None,
+                   platform: PlatformEntry | None = None):
+    """(out, lse or None) of q (batch, heads, q_len, D) against the cache; `shape` says
+    the rest (checked by the caller: cutile_fmha.kvcache). out is like q; lse is (batch,
+    heads, q_len) float32. key_starts/key_ends: int32 (batch,), where each sequence's keys
+    start and end, when shape.has_starts/has_lengths. `platform`: another entry than this
+    GPU's (the autotuner's)."""
+    device = q.device
+    plan = decode_plan(shape, platform, device_facts(device)[1], device) if platform else \
+        _cached_plan(shape, device)
+    stream = current_stream(device)
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if shape.write_lse \
+        else _placeholder(device, 3, torch.float32)
+    partial, partial_lse = plan.buffers(stream)
+    lengths = _placeholder(device, 1, torch.int32)
+    values = {"Q": q, "K": key_cache, "V": value_cache, "Out": out, "Lse": lse,
+              "Partial": partial, "PartialLse": partial_lse,
+              "KeyStarts": lengths if key_starts is None else key_starts,
+              "KeyEnds": lengths if key_ends is None else key_ends,
+              "BlockTable": _placeholder(device, 2, torch.int32) if block_table is None
+              else block_table, "qk_scale": scale, **plan.constants}
+    ct.launch(stream, plan.grid, plan.kernel, DECODE.arguments(values))
+    if plan.split_buffer_shape is not None:
+        merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse,
+                 **plan.merge_constants}
+        ct.launch(stream, plan.merge_grid, kernels.merge_splits, MERGE_SPLITS.arguments(merge))
+    return out, lse if shape.write_lse else None

@@ -1,0 +1,157 @@
+"""Decoding from a KV cache on the GPU: attention_with_kvcache against a float64 reference
+computed sequence by sequence.
+
+Ragged lengths include 0, 1 and lengths that are no multiple of a split, a key tile or a
+block; dense caches hold NaN outside each sequence and paged caches come with shuffled
+block tables whose entries past a sequence's end are garbage, so a key read or counted
+outside its sequence fails. Every split count runs, and a CUDA graph replays a call."""
+
+import math
+
+import pytest
+import torch
+
+from cutile_fmha import attention_with_kvcache
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2e-2}  # of the largest |output|
+
+
+def reference(query, keys, values, starts, ends, causal, scale):
+    """(out, lse) float64: each sequence's rows against its keys starts[b]..ends[b]-1 of
+    keys[b], values[b] ((kv_heads, capacity, D) each)."""
+    batch, heads, q_len, _ = query.shape
+    out = torch.zeros(query.shape, dtype=torch.float64, device=query.device)
+    lse = torch.full(query.shape[:-1], -math.inf, dtype=torch.float64, device=query.device)
+    for b in range(batch):
+        k, v = (t[b][:, starts[b]:ends[b]].double() for t in (keys, values))
+        k, v = (t.repeat_interleave(heads // t.shape[0], 0) for t in (k, v))
+        scores = query[b].double() @ k.transpose(-1, -2) * scale
+        if causal:
+            key_index = torch.arange(starts[b], ends[b], device=query.device)[None, :]
+            row = torch.arange(q_len, device=query.device)[:, None]
+            scores = scores.masked_fill(key_index > ends[b] - q_len + row, -math.inf)
+        lse[b] = torch.logsumexp(scores, -1)
+        out[b] = (torch.exp(scores - lse[b][..., None]).nan_to_num(0.0) @ v)
+    return out, lse
+
+
+def dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator):
+    caches = [torch.randn(batch, kv_heads, capacity, head_dim, generator=generator, device="cuda",
+                          dtype=dtype) for _ in range(2)]
+    for cache in caches:  # what is outside a sequence must never count
+        for b in range(batch):
+            cache[b, :, :starts[b]] = math.nan
+            cache[b, :, ends[b]:] = math.nan
+    return caches
+
+
+def paged_cache(batch, kv_heads, capacity, head_dim, dtype, block_size, ends, generator):
+    """(key_cache, value_cache, block_table, per-sequence dense views for the reference)."""
+    per_sequence = math.ceil(capacity / block_size)
+    blocks = batch * per_sequence + 5
+    caches = [torch.randn(blocks, block_size, kv_heads, head_dim, generator=generator,
+                          device="cuda", dtype=dtype) for _ in range(2)]
+    table = torch.randperm(blocks, generator=generator, device="cuda")[:batch * per_sequence]
+    table = table.reshape(batch, per_sequence).int()
+    for b in range(batch):  # entries past the sequence's last block point anywhere, or nowhere
+        used = math.ceil(ends[b] / block_size)
+        table[b, used:] = torch.randint(-3, blocks + 3, (per_sequence - used,),
+                                        generator=generator, device="cuda", dtype=torch.int32)
+    dense = [cache[table.clamp(0, blocks - 1).long()].flatten(1, 2).transpose(1, 2)
+             for cache in caches]
+    return caches, table, dense
+
+
+CASES = [
+    # batch, heads, kv_heads, q_len, head_dim, capacity, lengths (None: full), leftpad
+    (3, 32, 8, 1, 128, 777, (0, 1, 777), False),
+    (2, 32, 8, 1, 128, 4096, None, False),
+    (3, 12, 2, 3, 256, 513, (513, 200, 3), True),
+    (4, 16, 16, 5, 64, 300, (5, 130, 299, 300), False),
+    (2, 64, 8, 2, 128, 1000, (1000, 1), True),
+]
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("splits", [1, 3, None])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}-h{}-kv{}-q{}-d{}-n{}".format(*c[:6]))
+def test_dense_cache_matches_the_reference(case, causal, splits, dtype):
+    batch, heads, kv_heads, q_len, head_dim, capacity, lengths, leftpad = case
+    dtype = DTYPES[dtype]
+    generator = torch.Generator(device="cuda").manual_seed(hash(case) % 1000)
+    ends = list(lengths or (capacity,) * batch)
+    starts = [min(e, 7 * b) for b, e in enumerate(ends)] if leftpad else [0] * batch
+    query = torch.randn(batch, heads, q_len, head_dim, generator=generator, device="cuda",
+                        dtype=dtype)
+    keys, values = dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends,
+                               generator)
+    cache_seqlens = None if lengths is None else torch.tensor(ends, dtype=torch.int32,
+                                                              device="cuda")
+    leftpad_tensor = torch.tensor(starts, dtype=torch.int32, device="cuda") if leftpad else None
+    out, lse = attention_with_kvcache(query, keys, values, cache_seqlens,
+                                      cache_leftpad=leftpad_tensor, is_causal=causal,
+                                      num_splits=splits, return_lse=True)
+    expected, expected_lse = reference(query, keys, values, starts, ends, causal and q_len > 1,
+                                       1 / math.sqrt(head_dim))
+    assert_close(out, lse, expected, expected_lse, dtype)
+
+
+@pytest.mark.parametrize("block_size", [16, 64, 256])
+@pytest.mark.parametrize("splits", [1, 4, None])
+@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False)])
+def test_paged_cache_matches_the_reference(block_size, splits, q_len, causal):
+    batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
+    dtype = torch.bfloat16
+    generator = torch.Generator(device="cuda").manual_seed(block_size + q_len)
+    ends = [1100, 0, 1, 517]
+    query = torch.randn(batch, heads, q_len, head_dim, generator=generator, device="cuda",
+                        dtype=dtype)
+    (keys, values), table, dense = paged_cache(batch, kv_heads, capacity, head_dim, dtype,
+                                               block_size, ends, generator)
+    lengths = torch.tensor(ends, dtype=torch.int32, device="cuda")
+    out, lse = attention_with_kvcache(query, keys, values, lengths, block_table=table,
+                                      is_causal=causal, num_splits=splits, return_lse=True)
+    expected, expected_lse = reference(query, *dense, [0] * batch, ends, causal,
+                                       1 / math.sqrt(head_dim))
+    assert_close(out, lse, expected, expected_lse, dtype)
+
+
+def assert_close(out, lse, expected, expected_lse, dtype):
+    assert not out.isnan().any()
+    error = (out.double() - expected).abs().max().item()
+    assert error <= TOLERANCE[dtype] * max(expected.abs().max().item(), 1.0), error
+    assert torch.equal(lse == -math.inf, expected_lse == -math.inf)
+    seen = expected_lse > -math.inf
+    assert (lse.double()[seen] - expected_lse[seen]).abs().max().item() < 1e-3 if seen.any() \
+        else True
+
+
+def test_a_cuda_graph_replays_a_call_with_new_lengths():
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    query = torch.randn(2, 32, 1, 128, generator=generator, device="cuda", dtype=torch.bfloat16)
+    keys, values = (torch.randn(2, 8, 2048, 128, generator=generator, device="cuda",
+                                dtype=torch.bfloat16) for _ in range(2))
+    lengths = torch.tensor([2048, 100], dtype=torch.int32, device="cuda")
+    attention_with_kvcache(query, keys, values, lengths)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attention_with_kvcache(query, keys, values, lengths)
+    lengths.copy_(torch.tensor([3, 1500]))
+    graph.replay()
+    expected, _ = reference(query, keys, values, [0, 0], [3, 1500], False, 1 / math.sqrt(128))
+    assert (out.double() - expected).abs().max().item() <= TOLERANCE[torch.bfloat16]
+
+
+def test_torch_compile_runs_it_as_one_operator():
+    query = torch.randn(2, 8, 1, 64, device="cuda", dtype=torch.float16)
+    keys, values = (torch.randn(2, 2, 300, 64, device="cuda", dtype=torch.float16)
+                    for _ in range(2))
+    lengths = torch.tensor([300, 17], dtype=torch.int32, device="cuda")
+    compiled = torch.compile(attention_with_kvcache, fullgraph=True)
+    torch.testing.assert_close(compiled(query, keys, values, lengths),
+                               attention_with_kvcache(query, keys, values, lengths))

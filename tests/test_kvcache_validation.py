@@ -1,0 +1,127 @@
+"""attention_with_kvcache's argument checks, and how it says so. No GPU: every check that
+needs no look at a device tensor's values comes before the device check. Lengths past the
+cache and block numbers outside it cannot be seen without one; the kernel clamps them
+(tests/test_gpu_decode.py: garbage block table entries past a sequence's end)."""
+
+import pytest
+import torch
+
+from cutile_fmha import attention_with_kvcache
+from cutile_fmha.platforms import DecodeLaunch
+
+
+def dense(batch=2, heads=8, kv_heads=2, q_len=1, head_dim=64, capacity=100,
+          dtype=torch.float16):
+    return (torch.randn(batch, heads, q_len, head_dim, dtype=dtype),
+            torch.randn(batch, kv_heads, capacity, head_dim, dtype=dtype),
+            torch.randn(batch, kv_heads, capacity, head_dim, dtype=dtype))
+
+
+def lengths(values=(100, 3), dtype=torch.int32):
+    return torch.tensor(values, dtype=dtype)
+
+
+def paged(block_size=16, blocks=20, kv_heads=2, head_dim=64):
+    query = torch.randn(2, 8, 1, head_dim, dtype=torch.float16)
+    cache = [torch.randn(blocks, block_size, kv_heads, head_dim, dtype=torch.float16)
+             for _ in range(2)]
+    return query, *cache, torch.zeros(2, 4, dtype=torch.int32)
+
+
+def test_importable_from_the_package_root():
+    import cutile_fmha
+
+    assert cutile_fmha.attention_with_kvcache is attention_with_kvcache
+    assert "attention_with_kvcache" in cutile_fmha.__all__
+
+
+def test_cpu_tensors_are_refused_last_with_the_device_named():
+    with pytest.raises(ValueError, match="query must be on a CUDA device"):
+        attention_with_kvcache(*dense(), lengths())
+
+
+@pytest.mark.parametrize("change,error,message", [
+    (lambda q, k, v: (q[0], k, v), ValueError, r"query must have 4 dimensions \(batch, heads"),
+    (lambda q, k, v: (q.float(), k, v), TypeError, "query must be float16 or bfloat16"),
+    (lambda q, k, v: (q, k.bfloat16(), v), TypeError, "must share one dtype: query is "
+                                                      "torch.float16, key_cache is torch.bfloat16"),
+    (lambda q, k, v: (q, k, v[:, :, :50]), ValueError, "key_cache and value_cache must have "
+                                                       "one shape"),
+    (lambda q, k, v: (q, k.transpose(2, 3).contiguous().transpose(2, 3), v), ValueError,
+     "key_cache's last dimension must be contiguous"),
+    (lambda q, k, v: (q[..., :48], k[..., :48], v[..., :48]), ValueError,
+     r"head dim \(last dimension of query\) must be one of \(64, 128, 256\)"),
+    (lambda q, k, v: (q[:, :7], k, v), ValueError, "multiple of the cache's"),
+    (lambda q, k, v: (q[:1], k, v), ValueError, "key_cache must hold query's batch of 1"),
+    (lambda q, k, v: (q[:, :, :0], k, v), ValueError, "query must have at least one row"),
+    (lambda q, k, v: (torch.randn(2, 8, 40, 64, dtype=torch.float16), k, v), ValueError,
+     r"q_len 40 with 4 query heads per K/V head is more than one CTA holds"),
+])
+def test_tensors_are_checked(change, error, message):
+    query, keys, values = change(*dense())
+    with pytest.raises(error, match=message):
+        attention_with_kvcache(query, keys, values, lengths())
+
+
+@pytest.mark.parametrize("make,error,message", [
+    (lambda: lengths(dtype=torch.int64), TypeError, "cache_seqlens must be int32"),
+    (lambda: lengths((1, 2, 3)), ValueError, r"cache_seqlens must have a row per sequence, 2"),
+    (lambda: lengths()[None], ValueError, r"cache_seqlens must have 1 dimensions \(batch,\)"),
+    (lambda: [100, 3], TypeError, "cache_seqlens must be a torch.Tensor, got list"),
+])
+def test_cache_seqlens_is_checked(make, error, message):
+    with pytest.raises(error, match=message):
+        attention_with_kvcache(*dense(), make())
+
+
+def test_cache_leftpad_needs_cache_seqlens_and_is_checked():
+    with pytest.raises(ValueError, match="cache_leftpad needs cache_seqlens"):
+        attention_with_kvcache(*dense(), cache_leftpad=lengths((0, 1)))
+    with pytest.raises(TypeError, match="cache_leftpad must be int32"):
+        attention_with_kvcache(*dense(), lengths(), cache_leftpad=lengths(dtype=torch.int64))
+
+
+@pytest.mark.parametrize("options,error,message", [
+    ({"num_splits": 0}, ValueError, "num_splits must be from 1 to 64"),
+    ({"num_splits": 65}, ValueError, "num_splits must be from 1 to 64"),
+    ({"num_splits": 2.0}, TypeError, "num_splits must be an int or None, got float"),
+    ({"is_causal": 1}, TypeError, "is_causal must be a bool, got int"),
+    ({"return_lse": None}, TypeError, "return_lse must be a bool"),
+    ({"scale": -1.0}, ValueError, "scale must be a positive finite number"),
+])
+def test_options_are_checked(options, error, message):
+    with pytest.raises(error, match=message):
+        attention_with_kvcache(*dense(), lengths(), **options)
+
+
+def test_a_paged_cache_needs_lengths_and_a_block_table_of_int32_rows_per_sequence():
+    query, keys, values, table = paged()
+    with pytest.raises(ValueError, match="a paged cache needs cache_seqlens"):
+        attention_with_kvcache(query, keys, values, block_table=table)
+    with pytest.raises(TypeError, match="block_table must be int32"):
+        attention_with_kvcache(query, keys, values, lengths(), block_table=table.long())
+    with pytest.raises(ValueError, match="block_table must have a row per sequence, 2"):
+        attention_with_kvcache(query, keys, values, lengths(), block_table=table[:1])
+    with pytest.raises(ValueError, match="query must be on a CUDA device"):
+        attention_with_kvcache(query, keys, values, lengths(), block_table=table)
+
+
+@pytest.mark.parametrize("block_size", [8, 24])
+def test_paged_block_size_is_a_power_of_two_from_16(block_size):
+    query, keys, values, table = paged(block_size)
+    with pytest.raises(ValueError, match=f"block_size .* must be a power of two from 16 up, "
+                                         f"got {block_size}"):
+        attention_with_kvcache(query, keys, values, lengths(), block_table=table)
+
+
+@pytest.mark.parametrize("ctas,keys,splits", [
+    (8, 4096, 16),     # one sequence of 8 K/V heads: split up to one CTA per SM
+    (8, 512, 2),       # ... but no split shorter than min_keys_per_split
+    (128, 32768, 1),   # batch x heads fill the SMs already
+    (64, 32768, 2),
+    (1, 1 << 20, 64),  # at most max_splits
+])
+def test_split_rule_fills_the_sms_without_short_splits(ctas, keys, splits):
+    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
+                          min_keys_per_split=256, max_splits=64)
+    assert launch.splits(ctas, keys, sms=132) == splits
