@@ -12,7 +12,7 @@ import torch
 
 from .dropin import tensor_key
 from .platforms.entry import DECODE_GUESS
-from .steps.decode import DecodeShape, decode_forward
+from .steps.decode import DecodeShape, decode_forward, power_of_two_at_least
 from .steps.launcher import DTYPES, _check_devices, softmax_scale
 
 __all__ = ["attention_with_kvcache"]
@@ -28,7 +28,7 @@ MIN_BLOCK_SIZE = 16  # each block's rows are one TMA load (kernels/decode.py)
 def columns(heads: int, kv_heads: int, q_len: int) -> int:
     """The query columns of one decode CTA: group heads x query rows, each rounded up to a
     power of two."""
-    return (1 << (heads // kv_heads - 1).bit_length()) * (1 << (q_len - 1).bit_length())
+    return power_of_two_at_least(heads // kv_heads) * power_of_two_at_least(q_len)
 
 
 # Shape key -> DecodeShape, for arguments already checked.

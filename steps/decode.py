@@ -26,7 +26,7 @@ MIN_COLUMNS = 8
 MAX_BLOCKS_PER_TILE = 8
 
 
-def _power_of_two_at_least(n: int) -> int:
+def power_of_two_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
@@ -78,8 +78,8 @@ def decode_plan(shape: DecodeShape, entry: PlatformEntry, sms: int,
     """The launches of `shape` with `entry`'s decode launch for its head dim, on a GPU with
     `sms` SMs."""
     launch: DecodeLaunch = entry.decode[shape.head_dim]
-    group_tile = _power_of_two_at_least(shape.group)
-    query_rows = max(_power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
+    group_tile = power_of_two_at_least(shape.group)
+    query_rows = max(power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
     splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
                                                sms)
     tile_n = launch.tile_n if shape.block_size is None else \
@@ -90,7 +90,7 @@ def decode_plan(shape: DecodeShape, entry: PlatformEntry, sms: int,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
                           "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1}
-    merge_constants = common | {"SPLITS_TILE": _power_of_two_at_least(splits)}
+    merge_constants = common | {"SPLITS_TILE": power_of_two_at_least(splits)}
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
              "splits": splits}
     return DecodePlan(
