@@ -78,6 +78,30 @@ def tensor_key(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
+# What checked_once remembers at most per cache: a training loop over packed batches of
+# ever new lengths makes a new key per batch.
+MAX_CHECKED_KEYS = 4096
+
+
+def checked_once(checked: dict, check, arguments: tuple, tensors: int):
+    """check(*arguments), run once per key: the tensor keys of the first `tensors`
+    arguments and the others with their types (True is not 1 to a check), and remembered
+    in `checked` (emptied when full). Arguments that make no key (not tensors, unhashable
+    options) are checked on every call: it is for check to say what is wrong with them."""
+    try:
+        key = tuple(map(tensor_key, arguments[:tensors])) + \
+            tuple((type(a), a) for a in arguments[tensors:])
+        result = checked.get(key)
+    except (AttributeError, TypeError):
+        return check(*arguments)
+    if result is None:
+        result = check(*arguments)
+        if len(checked) >= MAX_CHECKED_KEYS:
+            checked.clear()
+        checked[key] = result
+    return result
+
+
 # (tensor keys, causal, scale, with_lse) -> the plan made for the first call with that key:
 # later calls launch its kernel, grid and constants on their own tensors.
 _PLANS: dict[tuple, LaunchPlan] = {}
@@ -89,9 +113,10 @@ def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool)
     shape_key = (tensor_key(query), tensor_key(key), tensor_key(value), causal, scale, with_lse)
     plan = _PLANS.get(shape_key)
     if plan is None:
-        plan = _PLANS[shape_key] = build_plan(
-            query, key, value, causal=_launcher_causal(causal), scale=scale, step="fastest",
-            platform=None, out=None, with_lse=with_lse, names=SDPA_NAMES)
+        plan = build_plan(query, key, value, causal=_launcher_causal(causal), scale=scale,
+                          step="fastest", platform=None, out=None, with_lse=with_lse,
+                          names=SDPA_NAMES)
+        _PLANS[shape_key] = plan.without_tensors()
         return plan.launch(), plan.lse
     out = torch.empty_like(query, memory_format=torch.contiguous_format)
     lse = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device) \

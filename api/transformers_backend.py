@@ -29,7 +29,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from . import kvcache
 from .dropin import _needs_grad, run_forward
 from .steps.launcher import softmax_scale
-from .steps.varlen import SequenceBounds
+from .steps.varlen import SequenceBounds, packed_bounds
 from .varlen import varlen_attention
 
 NAME = "cutile_fmha"
@@ -70,6 +70,14 @@ def register(name: str = NAME) -> str:
     return name
 
 
+# A constant to torch.compile (evaluated while tracing, not traced: dynamo cannot read a
+# closure's cells): the functions a mask combines are fixed by the code that made it.
+@torch.compiler.assume_constant_result
+def _unhandled_mask_parts(mask_function) -> tuple[str, ...]:
+    """The mask functions `mask_function` is made of that this backend does not compute."""
+    return tuple(sorted(_mask_parts(mask_function) - _MASK_PARTS_HANDLED))
+
+
 def _mask_parts(mask_function) -> set[str]:
     """The qualified names of `mask_function` and of the mask functions it combines."""
     parts, stack = set(), [mask_function]
@@ -91,10 +99,10 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
     (not per layer), that each row's real tokens are one run (left or right padding).
     Raises ValueError for what the kernels do not compute (see SUPPORTED_MASKS)."""
     if mask_function is not None:
-        unhandled = _mask_parts(mask_function) - _MASK_PARTS_HANDLED
+        unhandled = _unhandled_mask_parts(mask_function)
         if unhandled:
             raise ValueError(f"cuTile FMHA supports {SUPPORTED_MASKS}; this model's mask also "
-                             f"uses {sorted(unhandled)} (a sliding window, chunks or an "
+                             f"uses {list(unhandled)} (a sliding window, chunks or an "
                              f"overlay): use another attn_implementation for it")
     if attention_mask is None:
         return None
@@ -203,7 +211,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         if query.shape[0] != 1:
             raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
         cu_q, cu_k, max_q, max_k = packed
-        out, _ = varlen_attention(query, key, value, SequenceBounds.packed(cu_q, cu_k), max_q,
+        out, _ = varlen_attention(query, key, value, packed_bounds(cu_q, cu_k), max_q,
                                   max_k, causal=causal, scale=scaling)
     elif attention_mask is not None:
         bounds = bounds_of_padding(attention_mask, q_len)

@@ -9,10 +9,10 @@ both layouts).
 
 import torch
 
-from .dropin import _needs_grad
+from .dropin import _needs_grad, checked_once
 from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
                              softmax_scale)
-from .steps.varlen import SequenceBounds, varlen_backward, varlen_forward
+from .steps.varlen import SequenceBounds, packed_bounds, varlen_backward, varlen_forward
 
 __all__ = ["attention_varlen"]
 
@@ -80,7 +80,7 @@ def _gradients(ctx, grad_out, _grad_lse):
 _forward.register_autograd(_gradients, setup_context=_save_for_backward)
 
 
-def _check_cu_seqlens(name: str, cu_seqlens, query: torch.Tensor) -> torch.Tensor:
+def _check_cu_seqlens(name: str, cu_seqlens, query: torch.Tensor) -> None:
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}")
     if cu_seqlens.dtype != torch.int32:
@@ -91,15 +91,13 @@ def _check_cu_seqlens(name: str, cu_seqlens, query: torch.Tensor) -> torch.Tenso
     if cu_seqlens.device != query.device:
         raise ValueError(f"{name} must be on query's device {query.device} (the kernels read "
                          f"it there, with no copy to the host), got {cu_seqlens.device}")
-    return cu_seqlens.contiguous()
 
 
-def _check_max_seqlen(name: str, max_seqlen) -> int:
+def _check_max_seqlen(name: str, max_seqlen) -> None:
     if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int):
         raise TypeError(f"{name} must be an int, got {type(max_seqlen).__name__}")
     if max_seqlen < 0:
         raise ValueError(f"{name} must be at least 0, got {max_seqlen}")
-    return max_seqlen
 
 
 def _check_packed(query, key, value) -> None:
@@ -148,23 +146,15 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     Returns out (total_q, heads, D), contiguous, or (out, lse). Differentiable in query,
     key and value (autograd and torch.compile); the LSE is not.
     """
-    _check_packed(query, key, value)
-    cu_seqlens_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, query)
-    cu_seqlens_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, query)
-    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one entry per sequence "
-                         f"and one more, so the same length, got {cu_seqlens_q.numel()} and "
-                         f"{cu_seqlens_k.numel()}")
-    if cu_seqlens_q.numel() - 1 > MAX_GRID_YZ:
-        raise ValueError(f"at most {MAX_GRID_YZ} sequences, got {cu_seqlens_q.numel() - 1}")
-    max_seqlen_q = _check_max_seqlen("max_seqlen_q", max_seqlen_q)
-    max_seqlen_k = _check_max_seqlen("max_seqlen_k", max_seqlen_k)
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
-    scale = softmax_scale(scale, query.shape[-1])
-    _check_devices([("query", query), ("key", key), ("value", value)])  # last: see launcher.py
+    arguments = (query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 is_causal, scale, return_lse)
+    if torch.compiler.is_compiling():
+        scale = _check(*arguments)
+    else:  # a model calls this per layer: the checks run once per shape key
+        scale = checked_once(_CHECKED, _check, arguments, tensors=5)
+    # Where no gradient flows, one as_strided view per tensor (a view costs microseconds);
+    # else transposes, whose backward is a transpose too (as_strided's copies the tensor).
+    no_grad = not (torch.compiler.is_compiling() or _needs_grad(query, key, value))
     if query.shape[0] == 0:  # nothing to compute (SDPA returns an empty tensor too)
         out = query.new_empty(query.shape)
         lse = query.new_empty((query.shape[1], 0), dtype=torch.float32)
@@ -173,11 +163,48 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         # No keys at all: one zero row the bounds never reach keeps the launch (and the
         # gradient's path to key and value) as for any batch; every row gives 0.
         key, value = (torch.cat([t, t.new_zeros((1,) + t.shape[1:])]) for t in (key, value))
-    out, lse = varlen_attention(*(t.transpose(0, 1)[None] for t in (query, key, value)),
-                                SequenceBounds.packed(cu_seqlens_q, cu_seqlens_k), max_seqlen_q,
-                                max_seqlen_k, causal=is_causal, scale=scale, with_lse=return_lse)
-    out = out[0].transpose(0, 1)
+    bounds = packed_bounds(cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous())
+    rows = [_one_batch_row(t) if no_grad else t.transpose(0, 1)[None]
+            for t in (query, key, value)]
+    out, lse = varlen_attention(*rows, bounds, max_seqlen_q, max_seqlen_k, causal=is_causal,
+                                scale=scale, with_lse=return_lse)
+    out = out.as_strided(query.shape, (out.stride(2), out.stride(1), 1)) if no_grad else \
+        out[0].transpose(0, 1)
     return (out, lse[0]) if return_lse else out
+
+
+def _one_batch_row(t: torch.Tensor) -> torch.Tensor:
+    """Packed (tokens, heads, D) as the kernels' (1, heads, tokens, D), in one view."""
+    tokens, heads, head_dim = t.shape
+    return t.as_strided((1, heads, tokens, head_dim),
+                        (tokens * t.stride(0), t.stride(1), t.stride(0), 1))
+
+
+# Shape key -> softmax scale, for arguments already checked.
+_CHECKED: dict[tuple, float] = {}
+
+
+def _check(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+           is_causal, scale, return_lse) -> float:
+    """attention_varlen's arguments checked; the softmax scale."""
+    _check_packed(query, key, value)
+    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, query)
+    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, query)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one entry per sequence "
+                         f"and one more, so the same length, got {cu_seqlens_q.numel()} and "
+                         f"{cu_seqlens_k.numel()}")
+    if cu_seqlens_q.numel() - 1 > MAX_GRID_YZ:
+        raise ValueError(f"at most {MAX_GRID_YZ} sequences, got {cu_seqlens_q.numel() - 1}")
+    _check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    scale = softmax_scale(scale, query.shape[-1])
+    _check_devices([("query", query), ("key", key), ("value", value)])  # last: see launcher.py
+    return scale
 
 
 def varlen_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: int,

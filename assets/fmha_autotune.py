@@ -23,6 +23,13 @@ packed sequences) over the same candidates as step 9, on --batch x --seq-len tok
 sequences of lengths uniform in [256, --seq-len] (the variable-length benchmark's), against
 SDPA's cuDNN backend on as many sequences of one length with the same FLOPs; it writes
 platforms/tuned/<arch>-varlen.json, which the variable-length launcher reads.
+
+--decode searches the decode kernel (kernels/decode.py) per head dim: keys per tile and
+occupancy, with the split rule (CTAs per SM, fewest keys per split) that cuts a cache
+across CTAs, on one new token per sequence against dense caches of DECODE_WORKLOADS
+(batch x keys: few sequences, where the split decides, and many), 32/8 heads. The
+candidate with the smallest geometric mean of its times wins, its few nearest rivals timed
+twice more; it writes platforms/tuned/<arch>-decode.json, which the decode launcher reads.
 """
 
 import argparse
@@ -40,14 +47,16 @@ from tqdm import tqdm
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.fmha_varlen_benchmark import sequence_lengths
 from cutile_fmha.assets.measure import Column
-from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, TunedLaunch, arch_of_capability,
-                                   entry_for)
+from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TunedLaunch,
+                                   arch_of_capability, entry_for)
+from cutile_fmha.platforms.entry import DECODE_GUESS
 from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (LARGE_HEAD_DIM_SEARCH_SPACE, MAX_STACK_BYTES,
                                                 search_space_for)
 from cutile_fmha.platforms.tuned import tuned_path, write_tuned
 from cutile_fmha.steps import STEPS, plan_launch, steps_for
 from cutile_fmha.steps.compile import compile_step, compile_varlen, resource_usage
+from cutile_fmha.steps.decode import DecodeShape, decode_forward
 from cutile_fmha.steps.varlen import VARLEN_STEP, SequenceBounds, varlen_forward
 
 FINALISTS = 3  # candidates timed again before one is picked
@@ -85,7 +94,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--markdown", metavar="PATH", help="write the search's table as Markdown")
     parser.add_argument("--varlen", action="store_true",
                         help="tune the variable-length forward instead (head dims up to 256)")
+    parser.add_argument("--decode", action="store_true",
+                        help="tune the decode kernel and its split rule instead (D 64/128/256)")
     args = parser.parse_args(argv)
+    if args.decode and (args.varlen or set(args.head_dim) - set(DECODE_GUESS)):
+        parser.error(f"--decode: head dims {tuple(DECODE_GUESS)} only, and not with --varlen")
     args.large_head_dims = args.head_dim[0] in LARGE_HEAD_DIMS
     if any((d in LARGE_HEAD_DIMS) != args.large_head_dims for d in args.head_dim):
         parser.error("--head-dim: tune head dims up to 256 and past 256 in separate runs "
@@ -248,6 +261,96 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     return best, rows
 
 
+# (batch, keys) the decode kernel is timed on, one new token each, 32/8 heads.
+DECODE_WORKLOADS = ((1, 1024), (1, 4096), (1, 32768), (16, 4096), (64, 4096))
+DECODE_HEADS = (32, 8)
+DECODE_TILES = (64, 128, 256)
+DECODE_OCCUPANCIES = (1, 2)
+DECODE_SPLIT_RULES = ((1, 128), (1, 256), (1, 512), (2, 256))  # CTAs per SM, keys per split
+
+
+DECODE_COLUMNS = [Column("head_dim", "D"), Column("tile_n", "keys per tile"),
+                  Column("occupancy", "occupancy"), Column("ctas_per_sm", "CTAs per SM"),
+                  Column("min_keys_per_split", "keys per split at least")] + [
+    Column(f"b{batch}x{keys} us", f"B={batch} x {keys} (us)", ".1f")
+    for batch, keys in DECODE_WORKLOADS] + [
+    Column("geomean_us", "geometric mean (us)", ".2f"),
+    Column("median_geomean_us", f"median of {1 + CONFIRM_ROUNDS} (finalists)", ".2f"),
+    Column("skipped", "skipped")]
+
+
+def decode_candidates(head_dim: int) -> list[DecodeLaunch]:
+    """Every decode launch to time at `head_dim`: tiles of at most 32 KB of K (a tile of V
+    as much again, double-buffered), each occupancy and split rule."""
+    return [DecodeLaunch(tile_n, occupancy, None, ctas_per_sm, min_keys)
+            for tile_n in DECODE_TILES if tile_n * head_dim * 2 <= 32 * 1024
+            for occupancy in DECODE_OCCUPANCIES
+            for ctas_per_sm, min_keys in DECODE_SPLIT_RULES]
+
+
+def _decode_workloads(head_dim: int, dtype: str) -> list:
+    """One function per DECODE_WORKLOADS case: f(launch) -> a function that launches once."""
+    heads, kv_heads = DECODE_HEADS
+    workloads = []
+    for batch, keys in DECODE_WORKLOADS:
+        query = torch.randn(batch, heads, 1, head_dim, device="cuda", dtype=measure.DTYPES[dtype])
+        cache = [torch.randn(batch, kv_heads, keys, head_dim, device="cuda",
+                             dtype=measure.DTYPES[dtype]) for _ in range(2)]
+        shape = DecodeShape(batch=batch, head_dim=head_dim, kv_heads=kv_heads,
+                            group=heads // kv_heads, q_len=1, capacity=keys, block_size=None,
+                            causal=False, has_starts=False, has_lengths=False,
+                            write_lse=False, num_splits=None)
+        workloads.append(lambda launch, query=query, cache=cache, shape=shape: lambda: (
+            decode_forward(query, *cache, shape, scale=head_dim ** -0.5, launch=launch)))
+    return workloads
+
+
+def _decode_times(workloads, launch: DecodeLaunch, iterations: int) -> list[float]:
+    """Microseconds per workload."""
+    return [measure.time_ms(workload(launch), iterations) * 1e3 for workload in workloads]
+
+
+def search_decode(args, save) -> tuple[dict, list[dict]]:
+    """(fastest decode launch per head dim, the search's rows); `save(best, rows)` after
+    each head dim."""
+    rows, best = [], {}
+    for head_dim in args.head_dim:
+        workloads = _decode_workloads(head_dim, args.dtype)
+        point_rows = []
+        for launch in tqdm(decode_candidates(head_dim), desc=f"decode D={head_dim}",
+                           unit="launch"):
+            try:
+                times = _decode_times(workloads, launch, args.iterations)
+            except Exception as error:  # a candidate the compiler refuses is a result
+                point_rows.append({"head_dim": head_dim, **dataclasses.asdict(launch),
+                                   "skipped": f"{type(error).__name__}: {error}"[:80]})
+                continue
+            point_rows.append({"head_dim": head_dim, **dataclasses.asdict(launch),
+                               **_decode_columns(times), "launch": launch})
+        # As in the dense search: the few fastest again, in turn; the best median wins.
+        finalists = sorted((r for r in point_rows if "launch" in r),
+                           key=lambda r: r["geomean_us"])[:FINALISTS]
+        medians = []
+        for r in finalists:
+            geomeans = [r["geomean_us"]] + [
+                statistics.geometric_mean(_decode_times(workloads, r["launch"], args.iterations))
+                for _ in range(CONFIRM_ROUNDS)]
+            r["median_geomean_us"] = statistics.median(geomeans)
+            medians.append(r["median_geomean_us"])
+        fastest = finalists[medians.index(min(medians))]
+        best[head_dim] = fastest["launch"]
+        tqdm.write(f"D={head_dim}: best {fastest['launch']}: geometric mean "
+                   f"{fastest['median_geomean_us']:.1f} us")
+        rows += point_rows
+        save(best, rows)
+    return best, rows
+
+
+def _decode_columns(times: list[float]) -> dict:
+    return {f"b{batch}x{keys} us": round(t, 2) for (batch, keys), t in
+            zip(DECODE_WORKLOADS, times)} | {"geomean_us": statistics.geometric_mean(times)}
+
+
 def describe_tiles(tiles) -> str:
     """"128x64", or for steps 10-11's tiles "64x128, chunk 64, slice 512"."""
     text = f"{tiles.tile_m}x{tiles.tile_n}"
@@ -271,22 +374,30 @@ def main(argv=None) -> int:
     arch = arch_of_capability(*torch.cuda.get_device_capability())
     shape = f"{args.batch * args.seq_len} tokens of sequences of 256-{args.seq_len} tokens" \
         if args.varlen else f"B={args.batch} N={args.seq_len}"
+    if args.decode:
+        shape = "one token per sequence, dense caches of (batch, keys) " + \
+            ", ".join(f"{b}x{n}" for b, n in DECODE_WORKLOADS) + \
+            f", {DECODE_HEADS[0]}/{DECODE_HEADS[1]} heads"
     context = measure.run_context() | {
-        "shape": f"{shape} {args.dtype}, {measure.describe_heads(args.heads, None)}"}
-    path = Path(args.output) if args.output else tuned_path(arch, args.large_head_dims,
-                                                            args.varlen)
+        "shape": f"{shape} {args.dtype}" + ("" if args.decode else
+                                             f", {measure.describe_heads(args.heads, None)}")}
+    path = Path(args.output) if args.output else tuned_path(
+        arch, args.large_head_dims, args.varlen, args.decode)
 
     def table(rows):
         return [{key: value for key, value in row.items() if key != "launch"} for row in rows]
 
-    best, rows = search(args, arch, lambda best, rows: write_tuned(arch, context, best,
-                                                                   table(rows), path=path))
+    def save(best, rows):
+        write_tuned(arch, context, best, table(rows), path=path)
+
+    best, rows = search_decode(args, save) if args.decode else search(args, arch, save)
     search_table = table(rows)
+    columns = DECODE_COLUMNS if args.decode else COLUMNS
     print(measure.format_context(context))
-    print(measure.format_table(search_table, COLUMNS))
+    print(measure.format_table(search_table, columns))
     if args.markdown:
         measure.write_markdown(args.markdown, f"cuTile FMHA autotune, {arch}", context,
-                               search_table, COLUMNS)
+                               search_table, columns)
     print(f"Wrote {path}" + ("" if args.output else " (the launcher reads it from now on)"))
     return 0
 

@@ -24,6 +24,8 @@ import torch.nn.functional as F
 from tabulate import tabulate
 from tqdm import tqdm
 
+from cutile_fmha.assets import measure
+
 # HBM peak per device name, bytes/s (vendor figures).
 HBM_PEAK = {"H100 80GB HBM3": 3.35e12, "H100": 3.35e12, "H200": 4.8e12}
 
@@ -64,15 +66,7 @@ def cases(args):
                         yield heads, batch, cache, "paged", block_size
 
 
-def flash_attention_4():
-    try:
-        from flash_attn.cute import flash_attn_with_kvcache
-    except ImportError:
-        return None
-    return flash_attn_with_kvcache
-
-
-def measure(args, heads, batch, cache, layout, block_size, fa4):
+def time_case(args, heads, batch, cache, layout, block_size, fa4):
     from triton.testing import do_bench_cudagraph
 
     from cutile_fmha import attention_with_kvcache
@@ -104,9 +98,10 @@ def measure(args, heads, batch, cache, layout, block_size, fa4):
                 with torch.nn.attention.sdpa_kernel(backend):
                     return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)
             timings[name] = sdpa
-        if fa4 is not None:
+        if fa4 is not None:  # flash_attn.cute has no flash_attn_with_kvcache: its varlen
+            # function takes batched tensors with each sequence's key count (seqused_k)
             q, k, v = (t.transpose(1, 2) for t in (query, keys, values))
-            timings["FA4"] = lambda: fa4(q, k, v, cache_seqlens=lengths)
+            timings["FA4"] = lambda: fa4.flash_attn_varlen_func(q, k, v, seqused_k=lengths)
     seconds = {}
     for name, fn in timings.items():
         try:
@@ -177,7 +172,7 @@ def main(argv=None) -> int:
         return 0
     name = torch.cuda.get_device_name()
     peak = hbm_peak(name)
-    fa4 = flash_attention_4()
+    fa4 = measure.flash_attention_4()
     print(f"{name}, HBM peak {peak / 1e12 if peak else float('nan'):.2f} TB/s; FA4 "
           f"{'staged' if fa4 else 'not importable: skipped'}")
     rows = []
@@ -187,7 +182,7 @@ def main(argv=None) -> int:
             tqdm.write(f"skipped {heads}/{args.kv_heads} heads, batch {batch}, cache {cache}: "
                        f"{gib:.0f} GiB of cache > --max-gib {args.max_gib}")
             continue
-        read, seconds = measure(args, heads, batch, cache, layout, block_size, fa4)
+        read, seconds = time_case(args, heads, batch, cache, layout, block_size, fa4)
         row = {"heads": f"{heads}/{args.kv_heads}", "batch": batch, "cache": cache,
                "layout": layout + (f" {block_size}" if block_size else "")}
         for backend, time in seconds.items():

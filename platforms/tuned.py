@@ -1,30 +1,36 @@
 """The autotuner's results: JSON files per architecture in platforms/tuned/.
 
 ``python assets/fmha_autotune.py`` writes ``tuned/<arch>.json`` (head dims 64-256),
-``tuned/<arch>-large-head-dims.json`` (steps 10-11, past 256) and, with --varlen,
-``tuned/<arch>-varlen.json`` (the variable-length forward) on a GPU of that architecture:
+``tuned/<arch>-large-head-dims.json`` (steps 10-11, past 256), with --varlen
+``tuned/<arch>-varlen.json`` (the variable-length forward) and with --decode
+``tuned/<arch>-decode.json`` (the decode kernel's launch and split rule per head dim), on a
+GPU of that architecture:
 where and with what it measured, the fastest launch per head dim and causal or not (the
 step, its tiles and compiler hints), and the whole search table. The platform table reads
 them, so the launcher runs the tuned steps at those tiles and hints and the drop-in runs
 the fastest step.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
-from .entry import HEAD_DIMS, LARGE_HEAD_DIMS, TileShape, TunedLaunch
+from .entry import DECODE_GUESS, HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TileShape, TunedLaunch
 
 TUNED_DIR = Path(__file__).with_name("tuned")
 CONTEXT_KEYS = ("gpu", "date", "cuda_tile", "tileiras", "torch", "shape")
 LAUNCH_KEYS = ("head_dim", "causal", "step", "tile_m", "tile_n", "occupancy",
                "num_worker_warps", "num_ctas")
 TILED_HEAD_DIM_KEYS = ("tile_k", "tile_v")  # steps 10-11's launches also have these
+DECODE_KEYS = ("head_dim",) + tuple(field.name for field in dataclasses.fields(DecodeLaunch))
 
 
-def tuned_path(arch: str, large_head_dims: bool = False, varlen: bool = False) -> Path:
-    """Where the autotuner's launches for `arch` are: head dims 64-256, past 256, or the
-    variable-length forward's."""
-    suffix = "-large-head-dims" if large_head_dims else "-varlen" if varlen else ""
+def tuned_path(arch: str, large_head_dims: bool = False, varlen: bool = False,
+               decode: bool = False) -> Path:
+    """Where the autotuner's launches for `arch` are: head dims 64-256, past 256, the
+    variable-length forward's, or the decode kernel's."""
+    suffix = "-large-head-dims" if large_head_dims else "-varlen" if varlen else \
+        "-decode" if decode else ""
     return TUNED_DIR / f"{arch}{suffix}.json"
 
 
@@ -36,6 +42,20 @@ def launch_record(head_dim: int, causal: bool, launch: TunedLaunch) -> dict:
             "tile_m": tiles.tile_m, "tile_n": tiles.tile_n, **tiled,
             "occupancy": launch.occupancy, "num_worker_warps": launch.num_worker_warps,
             "num_ctas": launch.num_ctas}
+
+
+def decode_record(head_dim: int, launch: DecodeLaunch) -> dict:
+    """One decode launch as the JSON file stores it."""
+    return {"head_dim": head_dim, **dataclasses.asdict(launch)}
+
+
+def _decode_launch(record: dict, where: str) -> tuple[int, DecodeLaunch]:
+    missing = [key for key in DECODE_KEYS if key not in record]
+    if missing:
+        raise ValueError(f"{where}: a decode launch lacks {missing}: {record}")
+    if record["head_dim"] not in DECODE_GUESS:
+        raise ValueError(f"{where}: head_dim must be one of {tuple(DECODE_GUESS)}: {record}")
+    return record["head_dim"], DecodeLaunch(**{key: record[key] for key in DECODE_KEYS[1:]})
 
 
 def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
@@ -53,8 +73,8 @@ def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
     return (record["head_dim"], record["causal"]), launch
 
 
-def _load(arch: str, path: Path) -> tuple[dict, str]:
-    """(launches, note) of one file."""
+def _load(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
+    """(launches, note) of one file, each launch record read by `parse`."""
     data = json.loads(path.read_text())
     where = f"platforms/tuned/{path.name}"
     if data.get("arch") != arch or set(CONTEXT_KEYS) - set(data.get("measured", {})):
@@ -63,16 +83,21 @@ def _load(arch: str, path: Path) -> tuple[dict, str]:
     note = (f"{context['gpu']}, {context['date']}, cuda-tile {context['cuda_tile']}, tileiras "
             f"{context['tileiras']}, torch {context['torch']}, {context['shape']} "
             f"(assets/fmha_autotune.py)")
-    return dict(_launch(record, where) for record in data["launches"]), note
+    return dict(parse(record, where) for record in data["launches"]), note
 
 
 def load_tuned(arch: str) -> dict:
     """The PlatformEntry fields of `arch`'s files: "tuned" and "tuned_note" from the dense
-    ones, "varlen_tuned" from the variable-length one; {} where the autotuner has not run."""
+    ones, "varlen_tuned" from the variable-length one, "decode" (over DECODE_GUESS) and
+    "decode_note" from the decode one; {} where the autotuner has not run."""
     found = [_load(arch, path) for path in (tuned_path(arch), tuned_path(arch, True))
              if path.exists()]
     varlen = tuned_path(arch, varlen=True)
     fields = {"varlen_tuned": _load(arch, varlen)[0]} if varlen.exists() else {}
+    decode = tuned_path(arch, decode=True)
+    if decode.exists():
+        launches, note = _load(arch, decode, _decode_launch)
+        fields |= {"decode": DECODE_GUESS | launches, "decode_note": note}
     if not found:
         return fields
     return fields | {
@@ -80,12 +105,14 @@ def load_tuned(arch: str) -> dict:
         "tuned_note": "; ".join(note for _, note in found)}
 
 
-def write_tuned(arch: str, context: dict, launches: dict[tuple[int, bool], TunedLaunch],
-                search: list[dict], path: Path) -> Path:
-    """Writes the autotuner's result for `arch` to `path`."""
+def write_tuned(arch: str, context: dict, launches: dict, search: list[dict],
+                path: Path) -> Path:
+    """Writes the autotuner's result for `arch` to `path`: launches by (head dim, causal),
+    or decode launches by head dim."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    records = [decode_record(key, launch) if isinstance(launch, DecodeLaunch)
+               else launch_record(*key, launch) for key, launch in sorted(launches.items())]
     data = {"arch": arch, "measured": {key: context[key] for key in CONTEXT_KEYS},
-            "launches": [launch_record(d, c, launch) for (d, c), launch in sorted(launches.items())],
-            "search": search}
+            "launches": records, "search": search}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path

@@ -97,7 +97,7 @@ def compile_decode(arch: str, *, dtype: str, head_dim: int, kv_heads: int = 8, g
                         capacity=splits * 4096, block_size=block_size, causal=causal,
                         has_starts=has_starts, has_lengths=has_lengths, write_lse=write_lse,
                         num_splits=splits)
-    plan = decode_plan(shape, entry_for(arch), sms=132, device=None)
+    plan = decode_plan(shape, entry_for(arch).decode[head_dim], sms=132, device=None)
     return (export_cubin(plan.kernel, DECODE, dtype=dtype, constants=plan.constants, arch=arch),
             export_cubin(decode_kernels.merge_splits, MERGE_SPLITS, dtype=dtype,
                          constants=plan.merge_constants, arch=arch))

@@ -15,7 +15,7 @@ import cuda.tile as ct
 import torch
 
 from ..kernels import decode as kernels
-from ..platforms import DecodeLaunch, PlatformEntry, entry_for
+from ..platforms import DecodeLaunch, entry_for
 from .family import DECODE, MERGE_SPLITS
 from .launcher import current_stream, device_facts, with_hints
 
@@ -60,24 +60,37 @@ class DecodePlan:
     device: torch.device
     split_buffers: dict = field(default_factory=dict)  # stream -> (partial, partial_lse)
 
-    def buffers(self, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The float32 split buffers of launches on `stream`: kept, since launches on one
-        stream run one after the other (a CUDA graph captures their addresses)."""
+    def buffers(self, stream: int, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 split buffers of launches on `stream`: kept (see ``kept``), since
+        launches on one stream run one after the other."""
         if self.split_buffer_shape is None:
-            return _placeholder(self.device, 5, torch.float32), \
-                _placeholder(self.device, 4, torch.float32)
-        if stream not in self.split_buffers:
+            return _placeholder(self.device, 5, torch.float32, keep), \
+                _placeholder(self.device, 4, torch.float32, keep)
+
+        def make():
             partial = torch.empty(self.split_buffer_shape, dtype=torch.float32,
                                   device=self.device)
-            self.split_buffers[stream] = (partial, partial[..., 0].clone())
-        return self.split_buffers[stream]
+            return partial, partial[..., 0].clone()
+        return kept(self.split_buffers, stream, make, keep)
 
 
-def decode_plan(shape: DecodeShape, entry: PlatformEntry, sms: int,
+def kept(cache: dict, key, make, keep: bool):
+    """cache[key], made by make() the first time and kept, but not where the allocation
+    lands in a CUDA graph's memory pool: while the stream is capturing, or without `keep`
+    (in the custom operator, which torch.compile's CUDA graphs run in their pool, where a
+    tensor that outlives the graph's outputs counts as a leak)."""
+    found = cache.get(key)
+    if found is None:
+        found = make()
+        if keep and not torch.cuda.is_current_stream_capturing():
+            cache[key] = found
+    return found
+
+
+def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                 device: torch.device) -> DecodePlan:
-    """The launches of `shape` with `entry`'s decode launch for its head dim, on a GPU with
-    `sms` SMs."""
-    launch: DecodeLaunch = entry.decode[shape.head_dim]
+    """The launches of `shape` with `launch` (a platform entry's for its head dim), on a
+    GPU with `sms` SMs."""
     group_tile = power_of_two_at_least(shape.group)
     query_rows = max(power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
     splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
@@ -103,40 +116,46 @@ def decode_plan(shape: DecodeShape, entry: PlatformEntry, sms: int,
 
 
 @functools.cache
-def _cached_plan(shape: DecodeShape, device: torch.device) -> DecodePlan:
+def _cached_plan(shape: DecodeShape, device: torch.device,
+                 launch: DecodeLaunch | None) -> DecodePlan:
     arch, sms = device_facts(device)
-    return decode_plan(shape, entry_for(arch), sms, device)
+    return decode_plan(shape, launch or entry_for(arch).decode[shape.head_dim], sms, device)
 
 
-@functools.cache
-def _placeholder(device: torch.device, rank: int, dtype: torch.dtype) -> torch.Tensor:
+_PLACEHOLDERS: dict[tuple, torch.Tensor] = {}
+
+
+def _placeholder(device: torch.device, rank: int, dtype: torch.dtype,
+                 keep: bool) -> torch.Tensor:
     """An argument a launch never touches (the constants say so): one element."""
-    return torch.empty((1,) * rank, dtype=dtype, device=device)
+    return kept(_PLACEHOLDERS, (device, rank, dtype),
+                lambda: torch.empty((1,) * rank, dtype=dtype, device=device), keep)
 
 
 def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: float,
                    key_starts=None, key_ends=None, block_table=None,
-                   platform: PlatformEntry | None = None):
+                   launch: DecodeLaunch | None = None, keep_buffers: bool = True):
     """(out, lse or None) of q (batch, heads, q_len, D) against the cache; `shape` says
     the rest (checked by the caller: cutile_fmha.kvcache). out is like q; lse is (batch,
     heads, q_len) float32. key_starts/key_ends: int32 (batch,), where each sequence's keys
-    start and end, when shape.has_starts/has_lengths. `platform`: another entry than this
-    GPU's (the autotuner's)."""
+    start and end, when shape.has_starts/has_lengths. `launch`: another than this GPU's
+    platform entry's (the autotuner's candidates). `keep_buffers`: False in the custom
+    operator (see ``kept``)."""
     device = q.device
-    plan = decode_plan(shape, platform, device_facts(device)[1], device) if platform else \
-        _cached_plan(shape, device)
+    plan = _cached_plan(shape, device, launch)
     stream = current_stream(device)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if shape.write_lse \
-        else _placeholder(device, 3, torch.float32)
-    partial, partial_lse = plan.buffers(stream)
-    lengths = _placeholder(device, 1, torch.int32)
+        else _placeholder(device, 3, torch.float32, keep_buffers)
+    partial, partial_lse = plan.buffers(stream, keep_buffers)
+    lengths = _placeholder(device, 1, torch.int32, keep_buffers)
+    if block_table is None:
+        block_table = _placeholder(device, 2, torch.int32, keep_buffers)
     values = {"Q": q, "K": key_cache, "V": value_cache, "Out": out, "Lse": lse,
               "Partial": partial, "PartialLse": partial_lse,
               "KeyStarts": lengths if key_starts is None else key_starts,
               "KeyEnds": lengths if key_ends is None else key_ends,
-              "BlockTable": _placeholder(device, 2, torch.int32) if block_table is None
-              else block_table, "qk_scale": scale, **plan.constants}
+              "BlockTable": block_table, "qk_scale": scale, **plan.constants}
     ct.launch(stream, plan.grid, plan.kernel, DECODE.arguments(values))
     if plan.split_buffer_shape is not None:
         merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse,

@@ -9,7 +9,7 @@ on the same plan.
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cuda.tile as ct
 import torch
@@ -36,7 +36,7 @@ class LaunchPlan:
     kernel: object
     grid: tuple[int, int, int]
     args: tuple
-    out: torch.Tensor
+    out: torch.Tensor | None  # None: a plan for launch_on alone (without_tensors)
     lse: torch.Tensor | None  # (batch, heads, q_len) float32, filled by launch(); or None
     entry: PlatformEntry
     tiles: TileShape
@@ -46,9 +46,16 @@ class LaunchPlan:
         ct.launch(torch.cuda.current_stream(self.out.device), self.grid, self.kernel, self.args)
         return self.out
 
+    def without_tensors(self) -> "LaunchPlan":
+        """This plan for ``launch_on`` alone: a plan kept per shape must not keep its first
+        call's tensors alive."""
+        tensors = len(FORWARD_TENSORS)
+        return replace(self, args=(None,) * tensors + self.args[tensors:],
+                       out=None, lse=None)
+
     def launch_on(self, q, k, v, out, lse) -> None:
         """The same launch on other tensors of the same shapes, strides, dtypes and device
-        (lse: this plan's own when it writes none), on the current stream."""
+        (lse: a placeholder, unused_lse, when it writes none), on the current stream."""
         ct.launch(current_stream(q.device), self.grid, self.kernel,
                   (q, k, v, out, lse) + self.args[len(FORWARD_TENSORS):])
 

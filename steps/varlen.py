@@ -79,6 +79,21 @@ class SequenceBounds:
         return dict(zip(("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds"), self.tensors()))
 
 
+@functools.lru_cache(maxsize=16)
+def _remembered_packed_bounds(cu_seqlens_q: torch.Tensor,
+                              cu_seqlens_k: torch.Tensor) -> SequenceBounds:
+    return SequenceBounds.packed(cu_seqlens_q, cu_seqlens_k)
+
+
+def packed_bounds(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> SequenceBounds:
+    """``SequenceBounds.packed``, remembered for the last few pairs of tensors (tensors hash
+    by identity, and the cache holds them, so one cannot be taken for another): a model
+    passes the same cu_seqlens to every layer, and each view costs a few microseconds."""
+    if torch.compiler.is_compiling():
+        return SequenceBounds.packed(cu_seqlens_q, cu_seqlens_k)
+    return _remembered_packed_bounds(cu_seqlens_q, cu_seqlens_k)
+
+
 def _filled(t: torch.Tensor, fill: float | None) -> torch.Tensor:
     """`t` (new, uninitialised) as it is, or filled with `fill`. The kernels write only the
     rows inside some sequence: a padded batch fills the rest with 0 (and a test with NaN, to

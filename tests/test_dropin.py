@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from cutile_fmha import attention, attention_with_lse
+from cutile_fmha import dropin
 from cutile_fmha.steps.backward import attention_backward
 from cutile_fmha.steps.reference import reference_errors, reference_gradients
 
@@ -77,6 +78,30 @@ def test_no_backward_past_head_dim_256():
     q, k, v, out = (torch.randn(1, 2, 8, 512) for _ in range(4))
     with pytest.raises(ValueError, match="the backward runs head dims \\(64, 128, 256\\), got 512"):
         attention_backward(q, k, v, out, torch.zeros(1, 2, 8), out, causal=True)
+
+
+def test_checks_run_once_per_key_and_again_for_what_makes_another_key(monkeypatch):
+    calls = []
+
+    def check(tensor, flag):
+        calls.append(flag)
+        if not isinstance(flag, bool):
+            raise TypeError("flag must be a bool")
+        return flag
+
+    checked, t = {}, torch.empty(2, 3)
+    assert [dropin.checked_once(checked, check, (t, True), tensors=1) for _ in range(3)] == \
+        [True] * 3
+    assert calls == [True]
+    with pytest.raises(TypeError):  # 1 == True, but is not a bool: its own key
+        dropin.checked_once(checked, check, (t, 1), tensors=1)
+    dropin.checked_once(checked, check, (t.t(), True), tensors=1)  # other strides
+    with pytest.raises(TypeError):  # no key to make: checked on every call
+        dropin.checked_once(checked, check, ([1], []), tensors=1)
+    assert calls == [True, 1, True, []]
+    monkeypatch.setattr(dropin, "MAX_CHECKED_KEYS", 2)
+    dropin.checked_once(checked, check, (t[0], True), tensors=1)
+    assert len(checked) == 1  # full: emptied before the new key
 
 
 def test_inputs_that_require_grad_are_checked_like_the_others():

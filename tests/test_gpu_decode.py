@@ -6,7 +6,9 @@ block; dense caches hold NaN outside each sequence and paged caches come with sh
 block tables whose entries past a sequence's end are garbage, so a key read or counted
 outside its sequence fails. Every split count runs, and a CUDA graph replays a call."""
 
+import gc
 import math
+import weakref
 
 import pytest
 import torch
@@ -155,3 +157,57 @@ def test_torch_compile_runs_it_as_one_operator():
     compiled = torch.compile(attention_with_kvcache, fullgraph=True)
     torch.testing.assert_close(compiled(query, keys, values, lengths),
                                attention_with_kvcache(query, keys, values, lengths))
+
+
+def test_back_to_back_split_calls_each_merge_their_own_splits():
+    # Calls on one stream reuse its split buffers: a merge that read a split of an earlier
+    # call, or one not written yet, fails here.
+    generator = torch.Generator(device="cuda").manual_seed(6)
+    keys, values = (torch.randn(3, 4, 3000, 64, generator=generator, device="cuda",
+                                dtype=torch.float16) for _ in range(2))
+    for call in range(12):
+        query = torch.randn(3, 16, 2, 64, generator=generator, device="cuda",
+                            dtype=torch.float16)
+        ends = torch.randint(0, 3001, (3,), generator=generator, device="cuda",
+                             dtype=torch.int32)
+        out, lse = attention_with_kvcache(query, keys, values, ends, num_splits=5 + call % 3,
+                                          return_lse=True)
+        expected, _ = reference(query, keys, values, [0] * 3, ends.tolist(), True, 0.125)
+        assert (out.double() - expected).abs().max().item() <= TOLERANCE[torch.float16], call
+
+
+def test_reduce_overhead_compile_replays_split_calls_in_cuda_graphs():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    keys, values = (torch.randn(2, 8, 2048, 128, generator=generator, device="cuda",
+                                dtype=torch.bfloat16) for _ in range(2))
+    compiled = torch.compile(attention_with_kvcache, mode="reduce-overhead", fullgraph=True)
+    for call in range(5):  # warm-up, recording, then replays
+        query = torch.randn(2, 32, 1, 128, generator=generator, device="cuda",
+                            dtype=torch.bfloat16)
+        ends = torch.randint(1, 2049, (2,), generator=generator, device="cuda",
+                             dtype=torch.int32)
+        out = compiled(query, keys, values, ends, num_splits=8).clone()
+        expected, _ = reference(query, keys, values, [0, 0], ends.tolist(), False,
+                                1 / math.sqrt(128))
+        assert (out.double() - expected).abs().max().item() <= TOLERANCE[torch.bfloat16], call
+    assert counters["stats"]["unique_graphs"] == 1
+    assert counters["inductor"]["cudagraph_skips"] == 0
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_a_call_keeps_none_of_its_tensors_alive(splits):
+    from cutile_fmha import attention
+
+    query = torch.randn(1, 8, 1, 64, device="cuda", dtype=torch.float16)
+    keys, values = (torch.randn(1, 2, 1024, 64, device="cuda", dtype=torch.float16)
+                    for _ in range(2))
+    out = attention_with_kvcache(query, keys, values, num_splits=splits)
+    dense = attention(query, keys, values, enable_gqa=True)
+    refs = [weakref.ref(t) for t in (query, keys, values, out, dense)]
+    del query, keys, values, out, dense
+    gc.collect()
+    assert all(ref() is None for ref in refs)

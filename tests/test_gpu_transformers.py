@@ -65,6 +65,28 @@ def test_generate_on_a_left_padded_batch_gives_sdpas_tokens(cache, models, kerne
     assert kernel_calls["varlen_forward"] == 2 and kernel_calls["decode"] == 2 * 23
 
 
+def test_generate_with_a_static_cache_compiled_into_cuda_graphs(models, kernel_calls):
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    counters.clear()
+    tokens, mask = padded_batch("left")
+    generations = []
+    for model in models:
+        model.generation_config.cache_implementation = "static"
+        model.generation_config.compile_config = CompileConfig(fullgraph=True,
+                                                               mode="reduce-overhead")
+        generations.append(generate(model, tokens, mask, 24))
+        model.generation_config.compile_config = None
+    compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
+    assert compared["all_near_ties"], compared
+    # The decoding steps ran compiled, as CUDA graphs, through the decode kernel.
+    assert counters["stats"]["unique_graphs"] >= 1
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert kernel_calls["decode"] >= 2
+
+
 def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients():
     from cutile_fmha.assets.fmha_llama_demo import packed
 

@@ -12,7 +12,7 @@ from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORM
 from cutile_fmha.platforms import tuned
 from cutile_fmha.platforms.backward import (BACKWARD_ENTRIES, DEFAULT_BACKWARD,
                                             backward_entry_for)
-from cutile_fmha.platforms.entry import SOURCES
+from cutile_fmha.platforms.entry import DECODE_GUESS, SOURCES, DecodeLaunch
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
@@ -95,9 +95,15 @@ def test_worker_warps_by_target_lists_the_architectures_that_set_it():
 
 @pytest.mark.parametrize("path", sorted(tuned.TUNED_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_tuned_files_load_and_name_tuned_steps(path):
-    arch = path.stem.removesuffix("-large-head-dims").removesuffix("-varlen")
+    arch = path.stem.removesuffix("-large-head-dims").removesuffix("-varlen") \
+        .removesuffix("-decode")
     assert arch in PLATFORMS, f"{path.name} is for an architecture without an entry"
     loaded = tuned.load_tuned(arch)
+    if path.stem.endswith("-decode"):
+        assert loaded["decode"] == PLATFORMS[arch].decode and loaded["decode_note"]
+        assert all(launch.tile_n >= 16 and launch.tile_n & (launch.tile_n - 1) == 0
+                   for launch in loaded["decode"].values())
+        return
     if path.stem.endswith("-varlen"):  # the variable-length forward runs step 9's query tile
         assert loaded["varlen_tuned"] == PLATFORMS[arch].varlen_tuned
         assert {launch.step for launch in loaded["varlen_tuned"].values()} == {VARLEN_STEP}
@@ -137,6 +143,11 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
     tuned.write_tuned("sm_90", CONTEXT, varlen, [], tuned.tuned_path("sm_90", varlen=True))
     assert tuned.load_tuned("sm_90")["varlen_tuned"] == varlen
     assert tuned.load_tuned("sm_90")["tuned"] == launches | large
+    decode = {128: DecodeLaunch(64, 1, None, 2, 512)}
+    tuned.write_tuned("sm_90", CONTEXT | {"shape": "one token"}, decode, [],
+                      tuned.tuned_path("sm_90", decode=True))
+    loaded = tuned.load_tuned("sm_90")
+    assert loaded["decode"] == DECODE_GUESS | decode and "one token" in loaded["decode_note"]
 
 
 def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):

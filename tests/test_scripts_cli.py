@@ -96,6 +96,18 @@ def test_autotune_searches_the_variable_length_forward_over_step_9s_candidates()
         autotune.parse_args(["--varlen", "--head-dim", "512"])
 
 
+def test_autotune_searches_decode_tiles_occupancies_and_split_rules():
+    assert autotune.parse_args(["--decode"]).head_dim == [64, 128, 256]
+    launches = autotune.decode_candidates(128)
+    assert {launch.tile_n for launch in launches} == {64, 128}  # 256 x 128: 64 KB of K
+    assert {launch.tile_n for launch in autotune.decode_candidates(256)} == {64}
+    assert len(launches) == 2 * len(autotune.DECODE_OCCUPANCIES) * len(
+        autotune.DECODE_SPLIT_RULES)
+    for wrong in (["--decode", "--head-dim", "96"], ["--decode", "--varlen"]):
+        with pytest.raises(SystemExit):
+            autotune.parse_args(wrong)
+
+
 def test_autotune_tunes_the_tuned_steps():
     assert autotune.TUNED_STEPS == [n for n, step in sorted(STEPS.items()) if step.launch == "tuned"]
     assert max(STEPS) in autotune.TUNED_STEPS

@@ -40,6 +40,23 @@ def test_the_mask_it_registers_hands_over_padding_only():
                                             attention_mask=ones), ones)
 
 
+def test_the_mask_compiles_into_one_graph_and_still_refuses_other_masks():
+    # generate() with a StaticCache compiles the decoding steps with fullgraph=True.
+    from transformers.masking_utils import (and_masks, causal_mask_function,
+                                            sliding_window_causal_mask_function)
+
+    def mask_of(attention_mask, part):
+        return backend.padding_mask(2, 1, 6, mask_function=and_masks(causal_mask_function, part),
+                                    attention_mask=attention_mask)
+
+    left = torch.ones(2, 6, dtype=torch.bool)
+    left[1, :2] = False
+    compiled = torch.compile(mask_of, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(left, causal_mask_function), left)
+    with pytest.raises(Exception, match="sliding_window_overlay"):
+        compiled(left, sliding_window_causal_mask_function(2))
+
+
 def test_a_mask_with_holes_or_other_shapes_raises():
     from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 

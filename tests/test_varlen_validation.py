@@ -120,3 +120,13 @@ def test_cu_seqlens_on_another_device_than_query():
     with pytest.raises(ValueError, match="cu_seqlens_q must be on query's device cuda:0 .* got "
                                          "cpu"):
         attention_varlen(q, k, v, cu(), cu().cuda(), 8, 8)
+
+
+def test_one_view_per_packed_tensor_is_the_transposed_batch_row():
+    from cutile_fmha.varlen import _one_batch_row
+
+    qkv = torch.randn(20, 3, 4, 64)  # one packed projection: query, key and value strided
+    for t in (qkv[:, 0], qkv[:, 1], torch.randn(20, 4, 64)[5:]):
+        row = _one_batch_row(t)
+        assert row.data_ptr() == t.data_ptr() and torch.equal(row, t.transpose(0, 1)[None])
+        assert row.stride()[1:] == t.transpose(0, 1)[None].stride()[1:]
