@@ -167,8 +167,7 @@ def check_candidate(job) -> tuple[str | None, int | None]:
         workload.run(entry, launch)()
         torch.cuda.synchronize()
     except Exception as error:  # a candidate the compiler refuses is a result, not a crash
-        reason = str(error).splitlines()[0][:80] if str(error) else ""
-        return f"{type(error).__name__}: {reason}", stack_bytes
+        return measure.one_line(error, 80), stack_bytes
     return None, stack_bytes
 
 
@@ -323,7 +322,7 @@ def search_decode(args, save) -> tuple[dict, list[dict]]:
                 times = _decode_times(workloads, launch, args.iterations)
             except Exception as error:  # a candidate the compiler refuses is a result
                 point_rows.append({"head_dim": head_dim, **dataclasses.asdict(launch),
-                                   "skipped": f"{type(error).__name__}: {error}"[:80]})
+                                   "skipped": measure.one_line(error, 80)})
                 continue
             point_rows.append({"head_dim": head_dim, **dataclasses.asdict(launch),
                                **_decode_columns(times), "launch": launch})

@@ -109,7 +109,7 @@ def time_case(args, heads, batch, cache, layout, block_size, fa4):
             seconds[name] = do_bench_cudagraph(fn, rep=50) * 1e-3
         except Exception as error:  # a backend that refuses a case: say so, keep going
             print(f"{name} failed on {heads}/{batch}/{cache}/{layout}: "
-                  f"{type(error).__name__}: {str(error).splitlines()[0][:120]}")
+                  f"{measure.one_line(error)}")
     return read, seconds
 
 

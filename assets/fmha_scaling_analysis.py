@@ -7,7 +7,8 @@
                                                              # efficient, FFPA's shape
 
 For each dtype, head dim, causal or not and N it times every method on the same fresh
-inputs, gives each step's speedup over SDPA's cuDNN backend and over the best SDPA backend,
+inputs (FlashAttention-4 too where flash_attn.cute is importable, unless --no-fa4), gives
+each step's speedup over SDPA's cuDNN backend, over the best SDPA backend and over FA4,
 and measures the extra peak GPU memory of one call, SDPA's math backend included, so the
 O(N) memory of the fused kernels stands next to the O(N^2) of the unfused one. Writes a
 Markdown report, CSV, JSON and (with matplotlib) PNG plots to --output-dir.
@@ -36,7 +37,7 @@ COLUMNS = [
     Column("method", "method"), Column("latency_ms", "latency (ms)", ".3f"),
     Column("tflops", "TFLOPS", ".1f"), Column("vs_cudnn", "vs SDPA cuDNN", ".2f"),
     Column("vs_efficient", "vs SDPA efficient", ".2f"),
-    Column("vs_best_sdpa", "vs best SDPA", ".2f"),
+    Column("vs_best_sdpa", "vs best SDPA", ".2f"), Column("vs_fa4", "vs FA4", ".2f"),
     Column("spread_pct", "spread of the rounds (%)", ".1f"),
     Column("extra_peak_mib", "extra peak memory (MiB)", ".1f"),
 ]
@@ -66,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=Path,
                         default=Path("results") / f"scaling-{datetime.date.today()}")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-fa4", action="store_true",
+                        help="leave FlashAttention-4 out (timed by default where "
+                             "flash_attn.cute is importable: ../shared/gpu/make-fa4-bundle.sh)")
     parser.add_argument("--head-dim-sweep", action="store_true",
                         help="head dims on the x axis: the defaults become "
                              + ", ".join(f"--{key.replace('_', '-')} "
@@ -100,26 +104,29 @@ def group_of(row: dict) -> tuple[str, int, bool]:
     return row["dtype"], row["head_dim"], row["causal"]
 
 
-def sweep(args, save=lambda rows: None) -> list[dict]:
+def sweep(args, save=lambda rows: None, fa4=None) -> list[dict]:
     """Every point's rows; `save(rows)` after each point, so that a run stopped early
-    keeps what it measured."""
+    keeps what it measured. `fa4`: flash_attn.cute, timed with the others, or None."""
     shapes = [measure.Shape(args.batch, measure.heads_for(head_dim, args.heads), n, n, head_dim,
                             causal, dtype, args.kv_heads)
               for dtype, head_dim, causal in groups(args) for n in args.seq_lens]
     rows = []
     # Per point: each step that runs its head dim and each backend, every round; and
     # the math backend's memory.
-    total = sum((len(steps_for(shape.head_dim, args.steps))
-                 + len(args.sdpa_backends)) * args.rounds + 1 for shape in shapes)
+    anchors = [] if fa4 is None else [measure.FA4_NAME]
+    total = sum((len(steps_for(shape.head_dim, args.steps)) + len(args.sdpa_backends)
+                 + len(anchors)) * args.rounds + 1 for shape in shapes)
     with tqdm(total=total, unit="run") as progress:
         for shape in shapes:
             progress.set_description(f"{shape.dtype} D={shape.head_dim} N={shape.q_len} "
                                      f"{'causal' if shape.causal else 'non-causal'}")
             q, k, v = measure.make_inputs(shape, seed=shape.q_len)
             found = measure.methods(q, k, v, causal=shape.causal, steps=args.steps,
-                                    sdpa_backends=args.sdpa_backends, platform=args.platform)
-            progress.update((len(args.sdpa_backends) - sum(m.backend is not None for m in found))
-                            * args.rounds)  # backends that can't run here
+                                    sdpa_backends=args.sdpa_backends, platform=args.platform,
+                                    fa4=fa4)
+            baselines = sum(m.step in (measure.SDPA_STEP, measure.ANCHOR_STEP) for m in found)
+            progress.update((len(args.sdpa_backends) + len(anchors) - baselines)
+                            * args.rounds)  # baselines that can't run here
             point_rows = [_method_row(shape, method) for method in found]
             timings = measure.time_in_rounds(
                 found, args.rounds, lambda method: _time_or_oom(method.run, args.iterations),
@@ -151,7 +158,7 @@ def _where(shape: measure.Shape) -> dict:
 
 def _method_row(shape: measure.Shape, method: measure.Method) -> dict:
     """A method's row at one point, with the extra peak memory of one call."""
-    label = method.name if method.step == measure.SDPA_STEP else \
+    label = method.name if method.step in (measure.SDPA_STEP, measure.ANCHOR_STEP) else \
         f"step {method.step} {method.name}"
     return _where(shape) | {"step": method.step, "method": label,
                             "extra_peak_mib": _peak_mib_or_oom(method.run)}
@@ -166,16 +173,19 @@ def _time_or_oom(fn, iterations: int) -> float | str:
 
 
 def add_speedups(point_rows: list[dict]) -> None:
-    """Each step's speedup over SDPA's cuDNN and efficient backends and over the best SDPA
-    backend timed at the same point."""
+    """Each step's speedup over SDPA's cuDNN and efficient backends, over FlashAttention-4
+    and over the best SDPA backend timed at the same point."""
     timed = [r for r in point_rows if isinstance(r.get("latency_ms"), float)]
     sdpa = {r["method"]: r["latency_ms"] for r in timed if r["step"] == measure.SDPA_STEP}
+    anchors = {r["method"]: r["latency_ms"] for r in timed if r["step"] == measure.ANCHOR_STEP}
     for row in timed:
-        if row["step"] == measure.SDPA_STEP:
+        if row["step"] in (measure.SDPA_STEP, measure.ANCHOR_STEP):
             continue
-        for key, method in (("vs_cudnn", CUDNN_METHOD), ("vs_efficient", EFFICIENT_METHOD)):
-            if method in sdpa:
-                row[key] = sdpa[method] / row["latency_ms"]
+        for key, method, baselines in (("vs_cudnn", CUDNN_METHOD, sdpa),
+                                       ("vs_efficient", EFFICIENT_METHOD, sdpa),
+                                       ("vs_fa4", measure.FA4_NAME, anchors)):
+            if method in baselines:
+                row[key] = baselines[method] / row["latency_ms"]
         if sdpa:
             row["vs_best_sdpa"] = min(sdpa.values()) / row["latency_ms"]
 
@@ -216,6 +226,7 @@ def best_steps(rows: list[dict], args) -> tuple[list[dict], list[Column]]:
 REPORT_TABLES = [("tflops", "TFLOPS", ".1f"),
                  ("vs_cudnn", "Speedup over SDPA cuDNN", ".2f"),
                  ("vs_best_sdpa", "Speedup over the best SDPA backend", ".2f"),
+                 ("vs_fa4", "Speedup over FlashAttention-4", ".2f"),
                  ("extra_peak_mib", "Extra peak memory of one call (MiB)", ".1f"),
                  ("spread_pct", "Spread of the rounds (max - min, % of the median)", ".1f")]
 
@@ -318,7 +329,7 @@ def plot(rows, args, context, output_dir: Path) -> list[Path]:
                     if points:
                         axis.plot(*zip(*points), marker="o", label=line["method"],
                                   color=colors[line["method"]],
-                                  linestyle="--" if line["method"].startswith("PyTorch") else "-")
+                                  linestyle="-" if line["method"].startswith("step") else "--")
                 if value == "vs_cudnn":
                     axis.axhline(1.0, color="black", linewidth=1, linestyle=":")
                 else:
@@ -407,7 +418,9 @@ def main(argv=None) -> int:
         "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)}",
         "command": " ".join(["python assets/fmha_scaling_analysis.py",
                              *(sys.argv[1:] if argv is None else argv)])}
-    rows = sweep(args, lambda rows: write_tables(rows, args, context))
+    fa4 = None if args.no_fa4 else measure.flash_attention_4()
+    context["fa4"] = "timed" if fa4 else "not timed"
+    rows = sweep(args, lambda rows: write_tables(rows, args, context), fa4)
     written = write_outputs(rows, args, context)
     print(report(rows, args, context))
     print("Wrote " + ", ".join(str(p) for p in written))

@@ -35,6 +35,8 @@ SDPA_BACKENDS = {
 }
 TIMED_SDPA_BACKENDS = [name for name in SDPA_BACKENDS if name != "math"]  # math: memory only
 SDPA_STEP = 0  # the step number of SDPA's rows in every result table
+ANCHOR_STEP = -1  # the step number of another library's rows (FlashAttention-4)
+FA4_NAME = "FlashAttention-4"
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -114,20 +116,61 @@ def sdpa_supports(q, k, v, *, causal: bool | str, backend: str) -> bool:
 
 @dataclass(frozen=True)
 class Method:
-    """One thing to time: an SDPA backend (step 0) or a tutorial step."""
+    """One thing to time: an SDPA backend (step 0), FlashAttention-4 (ANCHOR_STEP) or a
+    tutorial step."""
     step: int
     name: str
     run: Callable[[], torch.Tensor]  # one call, allocating its output like SDPA does
     backend: str | None = None  # the SDPA backend, for step 0
 
 
-def methods(q, k, v, *, causal: bool | str, steps, sdpa_backends, platform=None) -> list[Method]:
-    """The SDPA backends that run these inputs here, then those of the chosen steps that
-    run this head dim."""
+def one_line(error: Exception, width: int = 120) -> str:
+    """An exception as one line of at most about `width` characters: its type and the
+    first line of its message."""
+    message = str(error).splitlines()[0][:width] if str(error) else ""
+    return f"{type(error).__name__}: {message}"
+
+
+def fa4_inputs(q, k, v) -> list[torch.Tensor]:
+    """(B, H, N, D) inputs in FlashAttention-4's layout, (B, N, H, D) contiguous: copied
+    once, outside the timings, as leaves that require grad where the inputs do."""
+    return [t.detach().transpose(1, 2).contiguous().requires_grad_(t.requires_grad)
+            for t in (q, k, v)]
+
+
+def fa4_forward(fa4, q, k, v, *, causal: bool) -> Callable[[], torch.Tensor]:
+    """One FlashAttention-4 forward of inputs in its layout (fa4_inputs): its output."""
+    return lambda: fa4.flash_attn_func(q, k, v, causal=causal)[0]
+
+
+def fa4_method(fa4, q, k, v, *, causal: bool | str) -> Method | None:
+    """FlashAttention-4 on these (B, H, N, D) inputs, or None where it does not run them
+    (saying why in one line where it raises). Its causal mask is the bottom-right one: the
+    top-left one only where q_len == k_len."""
+    if causal in (True, "top_left") and q.shape[2] != k.shape[2]:
+        return None
+    run = fa4_forward(fa4, *fa4_inputs(q, k, v), causal=causal not in (False, "none"))
+    try:
+        run()
+        if q.is_cuda:  # its errors surface here, not in the timings
+            torch.cuda.synchronize()
+    except Exception as error:  # a head dim or shape it does not take: a result, not a crash
+        print(f"{FA4_NAME} left out at {tuple(q.shape)}: {one_line(error)}")
+        return None
+    return Method(ANCHOR_STEP, FA4_NAME, run)
+
+
+def methods(q, k, v, *, causal: bool | str, steps, sdpa_backends, platform=None,
+            fa4=None) -> list[Method]:
+    """The SDPA backends that run these inputs here, FlashAttention-4 where `fa4` (its
+    module) is given and runs them, then those of the chosen steps that run this head
+    dim."""
     found = [Method(SDPA_STEP, f"PyTorch SDPA ({backend})",
                     functools.partial(sdpa, q, k, v, causal=causal, backend=backend), backend)
              for backend in sdpa_backends
              if sdpa_supports(q, k, v, causal=causal, backend=backend)]
+    anchor = fa4_method(fa4, q, k, v, causal=causal) if fa4 is not None else None
+    found += [anchor] if anchor else []
     return found + [Method(step, STEPS[step].name,
                            functools.partial(attention, q, k, v, causal=causal, step=step,
                                              platform=platform))

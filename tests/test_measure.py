@@ -4,6 +4,7 @@ import csv
 import json
 
 import pytest
+import torch
 
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
 from cutile_fmha.assets import measure
@@ -127,6 +128,38 @@ def test_scaling_speedups_against_cudnn_and_the_best_backend():
     assert step6["vs_cudnn"] == pytest.approx(0.9 / 0.8)
     assert step7["vs_best_sdpa"] == pytest.approx(0.9 / 1.2)
     assert not any("vs_cudnn" in r for r in rows if r["step"] == 0)
+
+
+def test_scaling_speedups_over_fa4_and_fa4_is_never_the_fastest_step(tmp_path):
+    # One point with FA4 timed at 0.7 ms: faster than every step, but a baseline.
+    rows = scaling_rows()[:5] + [{**scaling_rows()[0], "step": measure.ANCHOR_STEP,
+                                  "method": measure.FA4_NAME, "latency_ms": 0.7}]
+    scaling.add_speedups(rows)
+    step6, fa4 = rows[2], rows[-1]
+    assert step6["vs_fa4"] == pytest.approx(0.7 / 0.8)
+    assert step6["vs_best_sdpa"] == pytest.approx(0.9 / 0.8)  # FA4 is not an SDPA backend
+    assert not any(key.startswith("vs_") for key in fa4)
+    args = scaling_args(tmp_path, "--causal", "causal", "--seq-lens", "1024")
+    [line], _ = scaling.best_steps(rows, args)
+    assert line["n1024"] == "1.12 (step 6)"
+    assert "### Speedup over FlashAttention-4" in scaling.report(rows, args, CONTEXT)
+
+
+def test_fa4_runs_its_causal_mask_only_where_it_is_the_one_asked_for():
+    calls = []
+
+    class FakeFA4:
+        @staticmethod
+        def flash_attn_func(q, k, v, causal):
+            calls.append((tuple(q.shape), causal))
+            return q, None
+
+    q, k = torch.randn(1, 4, 8, 16), torch.randn(1, 4, 12, 16)
+    assert measure.fa4_method(FakeFA4, q, k, k, causal=True) is None  # top-left, 8 != 12
+    method = measure.fa4_method(FakeFA4, q, k, k, causal="bottom_right")
+    assert method.step == measure.ANCHOR_STEP and method.name == measure.FA4_NAME
+    assert measure.fa4_method(FakeFA4, q, k, k, causal=False).run().shape == (1, 8, 4, 16)
+    assert calls[0] == ((1, 8, 4, 16), True) and calls[-1][1] is False
 
 
 def test_scaling_report_pivots_and_shows_oom(tmp_path):

@@ -194,3 +194,8 @@ def test_varlen_benchmark_packs_the_stated_distribution():
     assert lengths == varlen.sequence_lengths(65536, 256, 8192, 0)  # seeded
     with pytest.raises(SystemExit):
         varlen.parse_args(["--min-len", "9000"])
+
+
+def test_benchmarks_time_fa4_unless_told_not_to():
+    assert not backward.parse_args([]).no_fa4 and backward.parse_args(["--no-fa4"]).no_fa4
+    assert not scaling.parse_args([]).no_fa4 and scaling.parse_args(["--no-fa4"]).no_fa4
