@@ -97,7 +97,10 @@ def load_tuned(arch: str) -> dict:
     decode = tuned_path(arch, decode=True)
     if decode.exists():
         launches, note = _load(arch, decode, _decode_launch)
-        fields |= {"decode": DECODE_GUESS | launches, "decode_note": note}
+        guessed = sorted(set(DECODE_GUESS) - set(launches))
+        fields |= {"decode": DECODE_GUESS | launches,
+                   "decode_note": f"D {sorted(launches)}: {note}" + (
+                       f"; D {guessed}: DECODE_GUESS" if guessed else "")}
     if not found:
         return fields
     return fields | {
