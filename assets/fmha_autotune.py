@@ -30,6 +30,13 @@ across CTAs, on one new token per sequence against dense caches of DECODE_WORKLO
 (batch x keys: few sequences, where the split decides, and many), 32/8 heads. The
 candidate with the smallest geometric mean of its times wins, its few nearest rivals timed
 twice more; it writes platforms/tuned/<arch>-decode.json, which the decode launcher reads.
+
+--backward searches the backward's two kernels per head dim (kernels/backward.py: dK/dV,
+one CTA per key tile, and dQ, one per query tile): tile shape and worker warps, each
+kernel's candidates timed in the whole backward with the other kernel at this GPU's
+launch, causal and not, at --batch x --seq-len; the smallest geometric mean of the two
+wins, its nearest rivals timed twice more. It writes platforms/tuned/<arch>-backward.json,
+which the backward launcher reads.
 """
 
 import argparse
@@ -47,14 +54,16 @@ from tqdm import tqdm
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.fmha_varlen_benchmark import sequence_lengths
 from cutile_fmha.assets.measure import Column
-from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TunedLaunch,
-                                   arch_of_capability, entry_for)
-from cutile_fmha.platforms.entry import DECODE_GUESS
+from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TileShape,
+                                   TunedLaunch, arch_of_capability, entry_for)
+from cutile_fmha.platforms.backward import (KERNELS, BackwardLaunch, backward_entry_for,
+                                            backward_record, with_launches)
 from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (LARGE_HEAD_DIM_SEARCH_SPACE, MAX_STACK_BYTES,
                                                 search_space_for)
 from cutile_fmha.platforms.tuned import tuned_path, write_tuned
 from cutile_fmha.steps import STEPS, plan_launch, steps_for
+from cutile_fmha.steps.backward import attention_backward
 from cutile_fmha.steps.compile import compile_step, compile_varlen, resource_usage
 from cutile_fmha.steps.decode import DecodeShape, decode_forward
 from cutile_fmha.steps.varlen import VARLEN_STEP, SequenceBounds, varlen_forward
@@ -96,9 +105,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="tune the variable-length forward instead (head dims up to 256)")
     parser.add_argument("--decode", action="store_true",
                         help="tune the decode kernel and its split rule instead (D 64/128/256)")
+    parser.add_argument("--backward", action="store_true",
+                        help="tune the backward's dK/dV and dQ kernels instead (D 64/128/256)")
     args = parser.parse_args(argv)
-    if args.decode and (args.varlen or set(args.head_dim) - set(DECODE_GUESS)):
-        parser.error(f"--decode: head dims {tuple(DECODE_GUESS)} only, and not with --varlen")
+    if args.varlen + args.decode + args.backward > 1:
+        parser.error("--varlen, --decode and --backward each search on their own")
+    if (args.decode or args.backward) and set(args.head_dim) - set(HEAD_DIMS):
+        parser.error(f"--decode and --backward: head dims {HEAD_DIMS} only")
     args.large_head_dims = args.head_dim[0] in LARGE_HEAD_DIMS
     if any((d in LARGE_HEAD_DIMS) != args.large_head_dims for d in args.head_dim):
         parser.error("--head-dim: tune head dims up to 256 and past 256 in separate runs "
@@ -196,6 +209,21 @@ def candidates(arch: str, head_dim: int, varlen: bool = False) -> list[TunedLaun
     return [dataclasses.replace(launch, step=step) for launch in launches for step in steps]
 
 
+def fastest_finalist(rows: list[dict], score: str, retime, larger_is_better=False) -> dict:
+    """The row whose `score` is best once the few best rows are timed again: one timing
+    moves by up to 4%, so each of the FINALISTS best is retimed (`retime(row)` -> a new
+    score) CONFIRM_ROUNDS more times, in turn, and the best median (`median_<score>`, set
+    on each finalist) wins, so that one lucky timing does not pick the launch."""
+    finalists = sorted(rows, key=lambda r: r[score], reverse=larger_is_better)[:FINALISTS]
+    scores = [[r[score]] for r in finalists]
+    for _ in range(CONFIRM_ROUNDS):
+        for r, timings in zip(finalists, scores):
+            timings.append(retime(r))
+    for r, timings in zip(finalists, scores):
+        r[f"median_{score}"] = statistics.median(timings)
+    return (max if larger_is_better else min)(finalists, key=lambda r: r[f"median_{score}"])
+
+
 def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     """(fastest launch per (head dim, causal), the search's rows); `save(best, rows)` after
     each point, so that an interrupted search keeps what it measured."""
@@ -236,19 +264,13 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
             point_rows.append(_row(head_dim, causal, launch, tflops, backend, sdpa, reason)
                               | {"stack_bytes": stack_bytes})
             timed.update()
-        # One timing moves by up to 4%: the few fastest are timed again, in turn, and the
-        # best median wins, so that one lucky timing does not pick the launch.
-        finalists = sorted((r for r in point_rows if r["tflops"]), key=lambda r: r["tflops"],
-                           reverse=True)[:FINALISTS]
-        timings = [[r["tflops"]] for r in finalists]
-        for _ in range(CONFIRM_ROUNDS):
-            for r, times in zip(finalists, timings):
-                times.append(_time_launch(arch, head_dim, causal, workload, r["launch"],
-                                          args.iterations, args.varlen))
-                timed.update()
-        for r, times in zip(finalists, timings):
-            r["median_tflops"] = statistics.median(times)
-        fastest = max(finalists, key=lambda r: r["median_tflops"])
+        def retime(row):
+            timed.update()
+            return _time_launch(arch, head_dim, causal, workload, row["launch"],
+                                args.iterations, args.varlen)
+
+        fastest = fastest_finalist([r for r in point_rows if r["tflops"]], "tflops", retime,
+                                   larger_is_better=True)
         best[(head_dim, causal)] = fastest["launch"]
         tqdm.write(f"D={head_dim} {'causal' if causal else 'non-causal'}: SDPA {backend} "
                    f"{sdpa:.0f}, best {describe(fastest['launch'])}: "
@@ -326,17 +348,10 @@ def search_decode(args, save) -> tuple[dict, list[dict]]:
                 continue
             point_rows.append({"head_dim": head_dim, **dataclasses.asdict(launch),
                                **_decode_columns(times), "launch": launch})
-        # As in the dense search: the few fastest again, in turn; the best median wins.
-        finalists = sorted((r for r in point_rows if "launch" in r),
-                           key=lambda r: r["geomean_us"])[:FINALISTS]
-        medians = []
-        for r in finalists:
-            geomeans = [r["geomean_us"]] + [
-                statistics.geometric_mean(_decode_times(workloads, r["launch"], args.iterations))
-                for _ in range(CONFIRM_ROUNDS)]
-            r["median_geomean_us"] = statistics.median(geomeans)
-            medians.append(r["median_geomean_us"])
-        fastest = finalists[medians.index(min(medians))]
+        fastest = fastest_finalist(
+            [r for r in point_rows if "launch" in r], "geomean_us",
+            lambda r: statistics.geometric_mean(_decode_times(workloads, r["launch"],
+                                                              args.iterations)))
         best[head_dim] = fastest["launch"]
         tqdm.write(f"D={head_dim}: best {fastest['launch']}: geometric mean "
                    f"{fastest['median_geomean_us']:.1f} us")
@@ -348,6 +363,84 @@ def search_decode(args, save) -> tuple[dict, list[dict]]:
 def _decode_columns(times: list[float]) -> dict:
     return {f"b{batch}x{keys} us": round(t, 2) for (batch, keys), t in
             zip(DECODE_WORKLOADS, times)} | {"geomean_us": statistics.geometric_mean(times)}
+
+
+BACKWARD_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))  # (TILE_M, TILE_N)
+BACKWARD_WORKER_WARPS = (4, 8, None)  # None: the compiler's choice
+BACKWARD_COLUMNS = [Column("head_dim", "D"), Column("kernel", "kernel"),
+                    Column("tiles", "tiles"), Column("num_worker_warps", "worker warps"),
+                    Column("causal_ms", "causal (ms)", ".3f"),
+                    Column("non_causal_ms", "non-causal (ms)", ".3f"),
+                    Column("geomean_ms", "geometric mean (ms)", ".3f"),
+                    Column("median_geomean_ms", f"median of {1 + CONFIRM_ROUNDS} (finalists)",
+                           ".3f"),
+                    Column("skipped", "skipped")]
+
+
+def backward_candidates() -> list[tuple[str, BackwardLaunch]]:
+    """Every (kernel, launch) to time: each tile shape and worker-warps count, per kernel
+    (the ones the compiler refuses, or that run out of shared memory, are skipped then)."""
+    return [(kernel, BackwardLaunch(TileShape(tile_m, tile_n), warps)) for kernel in KERNELS
+            for tile_m, tile_n in BACKWARD_TILES for warps in BACKWARD_WORKER_WARPS]
+
+
+def _backward_workloads(args, head_dim: int) -> list:
+    """Causal and not: f(entry) -> a function that runs the whole backward once."""
+    workloads = []
+    for causal in (True, False):
+        shape = measure.Shape(args.batch, measure.heads_for(head_dim, args.heads),
+                              args.seq_len, args.seq_len, head_dim, causal, args.dtype)
+        q, k, v = measure.make_inputs(shape)
+        plan = plan_launch(q, k, v, causal=causal, with_lse=True)
+        out = plan.launch()
+        lse, grad_out = plan.lse, torch.randn_like(out)
+        workloads.append(lambda entry, tensors=(q, k, v, out, lse, grad_out), causal=causal:
+                         lambda: attention_backward(*tensors, causal=causal, entry=entry))
+    return workloads
+
+
+def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
+    """(fastest launch per (head dim, kernel), the search's rows); `save(best, rows)` after
+    each head dim."""
+    rows, best = [], {}
+    base = backward_entry_for(arch)
+    for head_dim in args.head_dim:
+        workloads = _backward_workloads(args, head_dim)
+
+        def times(kernel, launch):
+            entry = with_launches(base, {(head_dim, kernel): launch}, "a candidate")
+            return [measure.time_ms(workload(entry), args.iterations) for workload in workloads]
+
+        point_rows = []
+        for kernel, launch in tqdm(backward_candidates(), desc=f"backward D={head_dim}",
+                                   unit="launch"):
+            row = {"head_dim": head_dim, "kernel": kernel,
+                   "tiles": describe_tiles(launch.tiles),
+                   "num_worker_warps": launch.num_worker_warps}
+            try:
+                causal_ms, non_causal_ms = times(kernel, launch)
+            except Exception as error:  # a candidate the compiler refuses is a result
+                point_rows.append(row | {"skipped": measure.one_line(error, 80)})
+                continue
+            point_rows.append(row | {"causal_ms": causal_ms, "non_causal_ms": non_causal_ms,
+                                     "geomean_ms": math.sqrt(causal_ms * non_causal_ms),
+                                     "launch": launch})
+        for kernel in KERNELS:
+            timed = [r for r in point_rows if r["kernel"] == kernel and "launch" in r]
+            if not timed:
+                tqdm.write(f"D={head_dim} {kernel}: every candidate was skipped; kept "
+                           f"{base.launches[head_dim][kernel]}")
+                continue
+            fastest = fastest_finalist(
+                timed, "geomean_ms",
+                lambda r, kernel=kernel: statistics.geometric_mean(times(kernel, r["launch"])))
+            best[(head_dim, kernel)] = fastest["launch"]
+            tqdm.write(f"D={head_dim} {kernel}: best {fastest['tiles']}, worker warps "
+                       f"{fastest['num_worker_warps'] or 'auto'}: "
+                       f"{fastest['median_geomean_ms']:.3f} ms (geometric mean)")
+        rows += point_rows
+        save(best, rows)
+    return best, rows
 
 
 def describe_tiles(tiles) -> str:
@@ -377,21 +470,30 @@ def main(argv=None) -> int:
         shape = "one token per sequence, dense caches of (batch, keys) " + \
             ", ".join(f"{b}x{n}" for b, n in DECODE_WORKLOADS) + \
             f", {DECODE_HEADS[0]}/{DECODE_HEADS[1]} heads"
+    if args.backward:
+        shape = f"backward, causal and not, B={args.batch} N={args.seq_len}"
     context = measure.run_context() | {
         "shape": f"{shape} {args.dtype}" + ("" if args.decode else
                                              f", {measure.describe_heads(args.heads, None)}")}
     path = Path(args.output) if args.output else tuned_path(
-        arch, args.large_head_dims, args.varlen, args.decode)
+        arch, args.large_head_dims, args.varlen, args.decode, args.backward)
 
     def table(rows):
         return [{key: value for key, value in row.items() if key != "launch"} for row in rows]
 
     def save(best, rows):
-        write_tuned(arch, context, best, table(rows), path=path)
+        write_tuned(arch, context, best, table(rows), path=path,
+                    record=backward_record if args.backward else None)
 
-    best, rows = search_decode(args, save) if args.decode else search(args, arch, save)
+    if args.decode:
+        best, rows = search_decode(args, save)
+    elif args.backward:
+        best, rows = search_backward(args, arch, save)
+    else:
+        best, rows = search(args, arch, save)
     search_table = table(rows)
-    columns = DECODE_COLUMNS if args.decode else COLUMNS
+    columns = DECODE_COLUMNS if args.decode else BACKWARD_COLUMNS if args.backward else \
+        COLUMNS
     print(measure.format_context(context))
     print(measure.format_table(search_table, columns))
     if args.markdown:

@@ -2,12 +2,17 @@
 
 Per head dim, the tile shape and worker warps of the dK/dV kernel and of the dQ kernel.
 Only sm_90 has been looked at; every other architecture gets sm_90's launches, marked
-unmeasured.
+unmeasured. Where the autotuner has searched them (``python assets/fmha_autotune.py
+--backward``), platforms/tuned/<arch>-backward.json's launches replace these.
 """
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 
-from .entry import TileShape
+from .entry import HEAD_DIMS, TileShape
+from .tuned import load_launches, tuned_path
+
+KERNELS = ("dkdv", "dq")
 
 
 @dataclass(frozen=True)
@@ -46,5 +51,41 @@ BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")
 
 
+def backward_record(key: tuple[int, str], launch: BackwardLaunch) -> dict:
+    """One backward launch as the tuned JSON file stores it."""
+    head_dim, kernel = key
+    return {"head_dim": head_dim, "kernel": kernel, "tile_m": launch.tiles.tile_m,
+            "tile_n": launch.tiles.tile_n, "num_worker_warps": launch.num_worker_warps}
+
+
+def _backward_launch(record: dict, where: str) -> tuple[tuple[int, str], BackwardLaunch]:
+    missing = [key for key in ("head_dim", "kernel", "tile_m", "tile_n", "num_worker_warps")
+               if key not in record]
+    if missing:
+        raise ValueError(f"{where}: a backward launch lacks {missing}: {record}")
+    if record["head_dim"] not in HEAD_DIMS or record["kernel"] not in KERNELS:
+        raise ValueError(f"{where}: head_dim must be one of {HEAD_DIMS} and kernel one of "
+                         f"{KERNELS}: {record}")
+    return (record["head_dim"], record["kernel"]), BackwardLaunch(
+        TileShape(record["tile_m"], record["tile_n"]), record["num_worker_warps"])
+
+
+def with_launches(entry: BackwardEntry, launches: dict, provenance: str) -> BackwardEntry:
+    """`entry` with `launches` ((head dim, kernel) -> launch) in place of its own."""
+    merged = {head_dim: dict(kernels) for head_dim, kernels in entry.launches.items()}
+    for (head_dim, kernel), launch in launches.items():
+        merged[head_dim][kernel] = launch
+    return replace(entry, launches=merged, provenance=provenance)
+
+
+@functools.cache
 def backward_entry_for(arch: str) -> BackwardEntry:
-    return BACKWARD_ENTRIES.get(arch, DEFAULT_BACKWARD)
+    """`arch`'s backward launches, the autotuner's where it has run there."""
+    entry = BACKWARD_ENTRIES.get(arch, DEFAULT_BACKWARD)
+    path = tuned_path(arch, backward=True)
+    if not path.exists():
+        return entry
+    launches, note = load_launches(arch, path, _backward_launch)
+    searched = ", ".join(f"D={d} {kernel}" for d, kernel in sorted(launches))
+    return with_launches(entry, launches, f"{searched}: {note}; the others: "
+                                          f"{entry.provenance}")

@@ -26,11 +26,12 @@ DECODE_KEYS = ("head_dim",) + tuple(field.name for field in dataclasses.fields(D
 
 
 def tuned_path(arch: str, large_head_dims: bool = False, varlen: bool = False,
-               decode: bool = False) -> Path:
+               decode: bool = False, backward: bool = False) -> Path:
     """Where the autotuner's launches for `arch` are: head dims 64-256, past 256, the
-    variable-length forward's, or the decode kernel's."""
+    variable-length forward's, the decode kernel's or the backward's
+    (platforms/backward.py reads those)."""
     suffix = "-large-head-dims" if large_head_dims else "-varlen" if varlen else \
-        "-decode" if decode else ""
+        "-decode" if decode else "-backward" if backward else ""
     return TUNED_DIR / f"{arch}{suffix}.json"
 
 
@@ -73,8 +74,9 @@ def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
     return (record["head_dim"], record["causal"]), launch
 
 
-def _load(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
-    """(launches, note) of one file, each launch record read by `parse`."""
+def load_launches(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
+    """(launches, note) of one file, each launch record read by `parse`: (where, record)
+    -> (key, launch)."""
     data = json.loads(path.read_text())
     where = f"platforms/tuned/{path.name}"
     if data.get("arch") != arch or set(CONTEXT_KEYS) - set(data.get("measured", {})):
@@ -90,13 +92,13 @@ def load_tuned(arch: str) -> dict:
     """The PlatformEntry fields of `arch`'s files: "tuned" and "tuned_note" from the dense
     ones, "varlen_tuned" from the variable-length one, "decode" (over DECODE_GUESS) and
     "decode_note" from the decode one; {} where the autotuner has not run."""
-    found = [_load(arch, path) for path in (tuned_path(arch), tuned_path(arch, True))
+    found = [load_launches(arch, path) for path in (tuned_path(arch), tuned_path(arch, True))
              if path.exists()]
     varlen = tuned_path(arch, varlen=True)
-    fields = {"varlen_tuned": _load(arch, varlen)[0]} if varlen.exists() else {}
+    fields = {"varlen_tuned": load_launches(arch, varlen)[0]} if varlen.exists() else {}
     decode = tuned_path(arch, decode=True)
     if decode.exists():
-        launches, note = _load(arch, decode, _decode_launch)
+        launches, note = load_launches(arch, decode, _decode_launch)
         guessed = sorted(set(DECODE_GUESS) - set(launches))
         fields |= {"decode": DECODE_GUESS | launches,
                    "decode_note": f"D {sorted(launches)}: {note}" + (
@@ -109,12 +111,13 @@ def load_tuned(arch: str) -> dict:
 
 
 def write_tuned(arch: str, context: dict, launches: dict, search: list[dict],
-                path: Path) -> Path:
+                path: Path, record=None) -> Path:
     """Writes the autotuner's result for `arch` to `path`: launches by (head dim, causal),
-    or decode launches by head dim."""
+    or decode launches by head dim, or others with `record(key, launch)` -> its JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    records = [decode_record(key, launch) if isinstance(launch, DecodeLaunch)
-               else launch_record(*key, launch) for key, launch in sorted(launches.items())]
+    records = [record(key, launch) if record else decode_record(key, launch)
+               if isinstance(launch, DecodeLaunch) else launch_record(*key, launch)
+               for key, launch in sorted(launches.items())]
     data = {"arch": arch, "measured": {key: context[key] for key in CONTEXT_KEYS},
             "launches": records, "search": search}
     path.write_text(json.dumps(data, indent=1) + "\n")

@@ -9,10 +9,10 @@ import cuda.tile as ct
 import torch
 
 from ..kernels import backward as kernels
-from ..platforms import HEAD_DIMS, arch_of_capability
-from ..platforms.backward import backward_entry_for
+from ..platforms import HEAD_DIMS
+from ..platforms.backward import BackwardEntry, backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
-from .launcher import causal_query_offset, softmax_scale, with_hints
+from .launcher import causal_query_offset, device_facts, softmax_scale, with_hints
 
 ROW_DOT_TILE_M = 64
 
@@ -44,13 +44,15 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
 
 
 def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
-                            grid_values: dict | None = None, module=kernels) -> None:
+                            grid_values: dict | None = None, module=kernels,
+                            entry: BackwardEntry | None = None) -> None:
     """The dK/dV and dQ launches of `families` (name -> family) with `module`'s kernels:
     arguments from `tensors` by parameter name, tiles and hints from the backward's
-    platform data for this GPU; `grid_values` adds what only the grids read."""
+    platform data for this GPU (or `entry`: the autotuner's candidates); `grid_values`
+    adds what only the grids read."""
     q, k = tensors["Q"], tensors["K"]
     head_dim = q.shape[-1]
-    entry = backward_entry_for(arch_of_capability(*torch.cuda.get_device_capability(q.device)))
+    entry = entry or backward_entry_for(device_facts(q.device)[0])
     for name, family in families.items():
         launch = entry.launches[head_dim][name]
         values = {key: tensors[key] for key in family.names if key in tensors} | \
@@ -62,11 +64,12 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = False,
-                       scale: float | None = None):
+                       scale: float | None = None, entry: BackwardEntry | None = None):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal=causal, scale=scale)`` for the
     incoming gradient ``grad_out``; ``lse`` is the forward's (batch, heads, q_len) float32
     log-sum-exp. dk and dv have k's and v's shapes: with grouped-query heads each sums the
-    gradients of the query heads that share it."""
+    gradients of the query heads that share it. `entry`: other launches than this GPU's
+    (the autotuner's candidates)."""
     batch, heads, q_len, head_dim = q.shape
     check_backward_head_dim(head_dim)
     if grad_out.shape != out.shape:
@@ -79,5 +82,6 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
                "Delta": row_dot(out, grad_out), "dK": dk, "dV": dv, "dQ": dq,
                "qk_scale": scale, "query_offset": query_offset or 0}
-    launch_gradient_kernels(BACKWARD_FAMILIES, tensors, causal=query_offset is not None)
+    launch_gradient_kernels(BACKWARD_FAMILIES, tensors, causal=query_offset is not None,
+                            entry=entry)
     return dq, dk, dv

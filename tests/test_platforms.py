@@ -96,9 +96,12 @@ def test_worker_warps_by_target_lists_the_architectures_that_set_it():
 @pytest.mark.parametrize("path", sorted(tuned.TUNED_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_tuned_files_load_and_name_tuned_steps(path):
     arch = path.stem.removesuffix("-large-head-dims").removesuffix("-varlen") \
-        .removesuffix("-decode")
+        .removesuffix("-decode").removesuffix("-backward")
     assert arch in PLATFORMS, f"{path.name} is for an architecture without an entry"
     loaded = tuned.load_tuned(arch)
+    if path.stem.endswith("-backward"):
+        assert backward_entry_for(arch).provenance.startswith("D=")
+        return
     if path.stem.endswith("-decode"):
         assert loaded["decode"] == PLATFORMS[arch].decode and loaded["decode_note"]
         assert all(launch.tile_n >= 16 and launch.tile_n & (launch.tile_n - 1) == 0
@@ -148,6 +151,22 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
                       tuned.tuned_path("sm_90", decode=True))
     loaded = tuned.load_tuned("sm_90")
     assert loaded["decode"] == DECODE_GUESS | decode and "one token" in loaded["decode_note"]
+
+
+def test_tuned_backward_launches_replace_the_tables(tmp_path, monkeypatch):
+    from cutile_fmha.platforms import backward
+
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    backward_entry_for.cache_clear()
+    launch = backward.BackwardLaunch(TileShape(128, 128), 4)
+    tuned.write_tuned("sm_90", CONTEXT | {"shape": "backward"}, {(128, "dq"): launch}, [],
+                      tuned.tuned_path("sm_90", backward=True), record=backward.backward_record)
+    entry = backward_entry_for("sm_90")
+    assert entry.launches[128]["dq"] == launch
+    assert entry.launches[128]["dkdv"] == backward.SM_90.launches[128]["dkdv"]
+    assert entry.launches[64] == backward.SM_90.launches[64]
+    assert entry.provenance.startswith("D=128 dq: NVIDIA H100 80GB HBM3")
+    backward_entry_for.cache_clear()
 
 
 def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):

@@ -108,6 +108,19 @@ def test_autotune_searches_decode_tiles_occupancies_and_split_rules():
             autotune.parse_args(wrong)
 
 
+def test_autotune_searches_the_backward_kernels_tiles_and_worker_warps():
+    args = autotune.parse_args(["--backward", "--head-dim", "128"])
+    assert args.backward and args.head_dim == [128]
+    candidates = autotune.backward_candidates()
+    assert {kernel for kernel, _ in candidates} == {"dkdv", "dq"}
+    assert len(candidates) == 2 * len(autotune.BACKWARD_TILES) * len(
+        autotune.BACKWARD_WORKER_WARPS)
+    for wrong in (["--backward", "--head-dim", "512"], ["--backward", "--decode"],
+                  ["--backward", "--varlen"]):
+        with pytest.raises(SystemExit):
+            autotune.parse_args(wrong)
+
+
 def test_autotune_tunes_the_tuned_steps():
     assert autotune.TUNED_STEPS == [n for n, step in sorted(STEPS.items()) if step.launch == "tuned"]
     assert max(STEPS) in autotune.TUNED_STEPS
@@ -199,3 +212,12 @@ def test_varlen_benchmark_packs_the_stated_distribution():
 def test_benchmarks_time_fa4_unless_told_not_to():
     assert not backward.parse_args([]).no_fa4 and backward.parse_args(["--no-fa4"]).no_fa4
     assert not scaling.parse_args([]).no_fa4 and scaling.parse_args(["--no-fa4"]).no_fa4
+
+
+def test_autotune_picks_the_best_median_of_the_finalists():
+    rows = [{"name": name, "ms": ms} for name, ms in (("a", 1.0), ("b", 1.1), ("c", 1.2),
+                                                      ("d", 2.0))]
+    later = {"a": [1.5, 1.5], "b": [1.0, 1.0], "c": [1.3, 1.3]}  # "a" was a lucky timing
+    fastest = autotune.fastest_finalist(rows, "ms", lambda r: later[r["name"]].pop())
+    assert fastest["name"] == "b" and fastest["median_ms"] == 1.0
+    assert "median_ms" not in rows[3]  # not a finalist, never timed again
