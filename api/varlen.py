@@ -143,8 +143,8 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     scale: softmax scale, default 1/sqrt(D). return_lse: also return the log-sum-exp,
         float32 (heads, total_q), natural log, as flash-attn returns it.
 
-    Returns out (total_q, heads, D), contiguous, or (out, lse). Differentiable in query,
-    key and value (autograd and torch.compile); the LSE is not.
+    Returns out (total_q, heads, D), contiguous when query is, or (out, lse).
+    Differentiable in query, key and value (autograd and torch.compile); the LSE is not.
     """
     arguments = (query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  is_causal, scale, return_lse)
