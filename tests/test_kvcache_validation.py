@@ -125,3 +125,25 @@ def test_split_rule_fills_the_sms_without_short_splits(ctas, keys, splits):
     launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
                           min_keys_per_split=256, max_splits=64)
     assert launch.splits(ctas, keys, sms=132) == splits
+
+
+def test_buffers_are_kept_only_outside_a_cuda_graphs_memory_pool(monkeypatch):
+    from cutile_fmha.steps.decode import kept
+
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    made, cache = [], {}
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    inside_operator = kept(cache, "stream", make, keep=False)  # torch.compile's graphs
+    capturing[0] = True
+    while_capturing = kept(cache, "stream", make, keep=True)
+    assert not cache and inside_operator is not while_capturing
+    capturing[0] = False
+    first = kept(cache, "stream", make, keep=True)
+    assert cache == {"stream": first}
+    assert kept(cache, "stream", make, keep=False) is first  # kept outside any pool: shared
+    assert len(made) == 3

@@ -130,3 +130,14 @@ def test_one_view_per_packed_tensor_is_the_transposed_batch_row():
         row = _one_batch_row(t)
         assert row.data_ptr() == t.data_ptr() and torch.equal(row, t.transpose(0, 1)[None])
         assert row.stride()[1:] == t.transpose(0, 1)[None].stride()[1:]
+
+
+def test_views_of_cu_seqlens_are_made_once_per_pair_of_tensors():
+    from cutile_fmha.steps.varlen import packed_bounds
+
+    cu_q, cu_k = cu(), cu()
+    bounds = packed_bounds(cu_q, cu_k)
+    assert packed_bounds(cu_q, cu_k) is bounds  # every layer of a model passes the same ones
+    assert packed_bounds(cu(), cu_k) is not bounds  # equal values, another tensor
+    cu_q[1] = 6  # views: a change in place is seen
+    assert bounds.query_ends[0] == 6 and bounds.query_starts[1] == 6
