@@ -45,9 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sdpa-backends", nargs="+", default=["flash", "cudnn"],
                         choices=measure.TIMED_SDPA_BACKENDS)
     parser.add_argument("--rounds", type=measure.positive_int, default=1)
-    parser.add_argument("--no-fa4", action="store_true",
-                        help="leave FlashAttention-4 out (timed by default where "
-                             "flash_attn.cute is importable)")
+    measure.add_fa4_argument(parser)
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--markdown", metavar="PATH")
     return parser.parse_args(argv)
@@ -130,8 +128,7 @@ def main(argv=None) -> int:
         "shape": f"B={args.batch} H={measure.heads_for(args.head_dim, args.heads)} "
                  f"D={args.head_dim}",
         "rounds": args.rounds}
-    fa4 = None if args.no_fa4 else measure.flash_attention_4()
-    context["fa4"] = "timed" if fa4 else "not timed"
+    fa4 = measure.fa4_unless(args, context)
     rows = run(args, fa4)
     print(measure.format_context(context))
     print(measure.format_table(rows, COLUMNS))

@@ -67,9 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=Path,
                         default=Path("results") / f"scaling-{datetime.date.today()}")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--no-fa4", action="store_true",
-                        help="leave FlashAttention-4 out (timed by default where "
-                             "flash_attn.cute is importable: ../shared/gpu/make-fa4-bundle.sh)")
+    measure.add_fa4_argument(parser)
     parser.add_argument("--head-dim-sweep", action="store_true",
                         help="head dims on the x axis: the defaults become "
                              + ", ".join(f"--{key.replace('_', '-')} "
@@ -418,8 +416,7 @@ def main(argv=None) -> int:
         "shape": f"B={args.batch} {measure.describe_heads(args.heads, args.kv_heads)}",
         "command": " ".join(["python assets/fmha_scaling_analysis.py",
                              *(sys.argv[1:] if argv is None else argv)])}
-    fa4 = None if args.no_fa4 else measure.flash_attention_4()
-    context["fa4"] = "timed" if fa4 else "not timed"
+    fa4 = measure.fa4_unless(args, context)
     rows = sweep(args, lambda rows: write_tables(rows, args, context), fa4)
     written = write_outputs(rows, args, context)
     print(report(rows, args, context))

@@ -175,7 +175,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="query heads (default: 32, or 16 at D=256)")
     parser.add_argument("--kv-heads", type=measure.positive_int, default=None,
                         help="K/V heads, dividing the query heads (default: as many)")
-    parser.add_argument("--no-fa4", action="store_true", help="leave FlashAttention-4 out")
+    measure.add_fa4_argument(parser)
     parser.add_argument("--rounds", type=measure.positive_int, default=1)
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--markdown", metavar="PATH")
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     if (problem := measure.gpu_problem("The variable-length benchmark needs")):
         print(problem, file=sys.stderr)
         return 1
-    fa4 = None if args.no_fa4 else measure.flash_attention_4()
+    fa4 = measure.fa4_unless(args)
     lengths = sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
     context = measure.run_context() | {
         "sequences": f"{len(lengths)} of lengths uniform in [{args.min_len}, {args.max_len}], "

@@ -124,6 +124,22 @@ class Method:
     backend: str | None = None  # the SDPA backend, for step 0
 
 
+def add_fa4_argument(parser: argparse.ArgumentParser) -> None:
+    """--no-fa4, for the scripts that time FlashAttention-4 with the others."""
+    parser.add_argument("--no-fa4", action="store_true",
+                        help="leave FlashAttention-4 out (timed by default where "
+                             "flash_attn.cute is importable: ../shared/gpu/make-fa4-bundle.sh)")
+
+
+def fa4_unless(args: argparse.Namespace, context: dict | None = None):
+    """flash_attn.cute, or None under --no-fa4 or where it is not importable; `context`
+    (a run's) then says whether FA4 was timed."""
+    fa4 = None if args.no_fa4 else flash_attention_4()
+    if context is not None:
+        context["fa4"] = "timed" if fa4 else "not timed"
+    return fa4
+
+
 def one_line(error: Exception, width: int = 120) -> str:
     """An exception as one line of at most about `width` characters: its type and the
     first line of its message."""
