@@ -6,13 +6,16 @@ The tutorial's knobs (which step, another platform's entry) are on
 ``cutile_fmha.steps.plan_launch``.
 """
 
+import math
 import numbers
 
 import torch
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward
-from .steps.launcher import LaunchPlan, Names, build_plan, softmax_scale, unused_lse
+from .steps.launcher import (LaunchPlan, Names, _check_devices, build_plan, causal_query_offset,
+                             softmax_scale, unused_lse)
+from .steps.variants import VARIANT_HEAD_DIMS, Variants, variants_forward
 
 __all__ = ["attention", "attention_with_lse"]
 
@@ -111,9 +114,11 @@ def checked_once(checked: dict, check, arguments: tuple, tensors: int):
 _PLANS: dict[tuple, LaunchPlan] = {}
 
 
-def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool):
+def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool,
+                   check_only: bool = False):
     """(out, lse or None): the forward's launch, planned (and so checked) once per shape
-    key. What the custom operator runs, and what eager calls run without its dispatch."""
+    key. What the custom operator runs, and what eager calls run without its dispatch.
+    `check_only`: plan (check) without launching; returns None."""
     shape_key = (tensor_key(query), tensor_key(key), tensor_key(value), causal, scale, with_lse)
     plan = _PLANS.get(shape_key)
     if plan is None:
@@ -121,7 +126,9 @@ def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool)
                           step="fastest", platform=None, out=None, with_lse=with_lse,
                           names=SDPA_NAMES)
         _PLANS[shape_key] = plan.without_tensors()
-        return plan.launch(), plan.lse
+        return None if check_only else (plan.launch(), plan.lse)
+    if check_only:
+        return None
     out = torch.empty_like(query, memory_format=torch.contiguous_format)
     lse = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device) \
         if with_lse else unused_lse(query.device)
@@ -173,6 +180,95 @@ def _gradients(ctx, grad_out, _grad_lse):  # the LSE is an output, not different
 _forward.register_autograd(_gradients, setup_context=_save_for_backward)
 
 
+def _check_variants(query, window_size, softcap, sinks) -> Variants:
+    """The variants asked for, checked (Variants() for none)."""
+    window = None
+    if window_size is not None:
+        if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2 and all(
+                isinstance(side, int) and not isinstance(side, bool) for side in window_size)):
+            raise TypeError(f"window_size must be a pair of ints (left, right), -1 for "
+                            f"unbounded, got {window_size!r}")
+        if min(window_size) < -1:
+            raise ValueError(f"window_size's sides must be -1 (unbounded) or at least 0, got "
+                             f"{tuple(window_size)}")
+        if tuple(window_size) != (-1, -1):
+            window = tuple(None if side == -1 else side for side in window_size)
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+            raise TypeError(f"softcap must be a float or None, got {type(softcap).__name__}")
+        if not (math.isfinite(softcap) and softcap > 0):
+            raise ValueError(f"softcap must be a positive finite number (None: no cap), got "
+                             f"{softcap}")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor):
+            raise TypeError(f"sinks must be a torch.Tensor or None, got {type(sinks).__name__}")
+        if not sinks.dtype.is_floating_point or tuple(sinks.shape) != (query.shape[1],):
+            raise ValueError(f"sinks must be a floating-point tensor of one logit per query "
+                             f"head, shape ({query.shape[1]},), got {sinks.dtype} "
+                             f"{tuple(sinks.shape)}")
+    variants = Variants(window=window, softcap=None if softcap is None else float(softcap),
+                        sinks=sinks is not None)
+    if variants and query.shape[-1] not in VARIANT_HEAD_DIMS:
+        raise ValueError(f"window_size, softcap and sinks run head dims {VARIANT_HEAD_DIMS}, got "
+                         f"{query.shape[-1]}")
+    return variants
+
+
+@torch.library.custom_op("cutile_fmha::forward_variants", mutates_args=())
+def _forward_variants(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      sinks: torch.Tensor | None, causal: str, scale: float, with_lse: bool,
+                      window_left: int, window_right: int, softcap: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) with the variants (window sides -2: no window, -1: unbounded; softcap 0:
+    none), for torch.compile; forward only. lse is an empty tensor unless with_lse."""
+    out, lse = variants_launch(query, key, value, sinks, causal, scale, with_lse,
+                               _variants_of(window_left, window_right, softcap, sinks))
+    return out, lse if with_lse else out.new_empty(0, dtype=torch.float32)
+
+
+@_forward_variants.register_fake
+def _(query, key, value, sinks, causal, scale, with_lse, window_left, window_right, softcap):
+    lse_shape = query.shape[:-1] if with_lse else (0,)
+    return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+
+
+NO_WINDOW = -2
+
+
+def _variants_of(window_left: int, window_right: int, softcap: float, sinks) -> Variants:
+    window = None if window_left == NO_WINDOW else \
+        tuple(None if side == -1 else side for side in (window_left, window_right))
+    return Variants(window=window, softcap=softcap or None, sinks=sinks is not None)
+
+
+def variants_launch(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
+                    variants: Variants):
+    """(out, lse or None) of the variants' kernel, after the shape checks of a plain call's
+    plan (made once per shape key)."""
+    forward_launch(query, key, value, causal, scale, with_lse, check_only=True)
+    query_offset = causal_query_offset(_launcher_causal(causal), query.shape[2], key.shape[2])
+    if sinks is not None:
+        _check_devices([("query", query), ("sinks", sinks)])
+    return variants_forward(query, key, value, query_offset=query_offset, scale=scale,
+                            with_lse=with_lse, variants=variants,
+                            sinks=None if sinks is None else sinks.float())
+
+
+def run_variants(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
+                 variants: Variants):
+    if _needs_grad(query, key, value) or (sinks is not None and _needs_grad(sinks)):
+        raise NotImplementedError("window_size, softcap and sinks run forward only so far: "
+                                  "their backward is not built, so inputs that require grad "
+                                  "are refused (use torch.no_grad() for inference)")
+    if torch.compiler.is_compiling():
+        left, right = (NO_WINDOW, NO_WINDOW) if variants.window is None else \
+            tuple(-1 if side is None else side for side in variants.window)
+        out, lse = _forward_variants(query, key, value, sinks, causal, scale, with_lse, left,
+                                     right, variants.softcap or 0.0)
+        return out, lse if with_lse else None
+    return variants_launch(query, key, value, sinks, causal, scale, with_lse, variants)
+
+
 def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
@@ -188,7 +284,8 @@ def run_forward(query, key, value, causal: str, scale: float, with_lse: bool):
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False) -> torch.Tensor:
+              enable_gqa=False, *, window_size=(-1, -1), softcap=None,
+              sinks=None) -> torch.Tensor:
     """A drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
 
     query: (batch, heads, q_len, D); key, value: (batch, kv_heads, k_len, D); float16 or
@@ -205,16 +302,31 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     enable_gqa: allow kv_heads < heads (heads a multiple of kv_heads); query head h reads
         K/V head h // (heads // kv_heads), with no copy of K or V.
 
+    Beyond SDPA, keyword-only (D 64/128/256; forward only so far: with inputs that require
+    grad they raise NotImplementedError):
+    window_size: (left, right), flash-attn's sliding window: query i sees keys from
+        i - left to i + right around its diagonal key i (i + k_len - q_len under
+        causal_lower_right), -1 for unbounded; with a causal mask right is 0. Key tiles
+        outside every row's window are skipped: O(N * window) work.
+    softcap: scores become softcap * tanh(scores / softcap) before the softmax (Gemma 2);
+        None: no cap.
+    sinks: (heads,) one logit per query head that joins each row's softmax denominator and
+        adds no value (gpt-oss); the LSE includes it.
+
     Anything the kernels cannot serve raises ``TypeError`` or ``ValueError`` naming the
     argument. Differentiable: with inputs that require grad the forward also writes the
     log-sum-exp, which the cuTile backward (``cutile_fmha.steps.backward``) rebuilds P from.
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    variants = _check_variants(query, window_size, softcap, sinks)
+    if variants:
+        return run_variants(query, key, value, sinks, causal, scale, False, variants)[0]
     return run_forward(query, key, value, causal, scale, False)[0]
 
 
 def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                       scale=None, enable_gqa=False) -> tuple[torch.Tensor, torch.Tensor]:
+                       scale=None, enable_gqa=False, *, window_size=(-1, -1), softcap=None,
+                       sinks=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``attention``, and each query row's log-sum-exp of its scaled scores.
 
     Returns (out, lse): lse is float32 of shape (batch, heads, q_len), in natural log, as
@@ -223,5 +335,8 @@ def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     partial attentions with. Gradients flow through out; lse is not differentiable.
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    variants = _check_variants(query, window_size, softcap, sinks)
+    if variants:
+        return run_variants(query, key, value, sinks, causal, scale, True, variants)
     out, lse = run_forward(query, key, value, causal, scale, True)
     return out, lse.detach()

@@ -18,16 +18,19 @@ DECODE_MAX_QUERY new tokens, no gradient) run the decode kernel of
 - packed batches (padding-free training): ``cu_seq_lens_q/k`` and ``max_length_q/k`` when
   transformers passes them (DataCollatorWithFlattening), else positions that restart at 0
   in ``position_ids``.
-Anything else (sliding windows, chunked attention, masks that open more than causal, a
-custom 4-D mask, a padding mask with holes) raises a ``ValueError`` rather than being
-ignored. transformers is an optional dependency (``pip install -e ".[transformers]"``).
+Sliding windows (``sliding_window``: Mistral, Gemma 2/3, Qwen, gpt-oss), logit softcaps
+(``softcap``: Gemma 2) and attention sinks (``s_aux``: gpt-oss) run through ``attention()``'s
+window_size, softcap and sinks, on batches without padding or packing and without
+gradients (their backward is not built yet). Anything else (those with a padding mask or
+packed sequences, chunked attention, masks that open more than causal, a custom 4-D mask,
+a padding mask with holes) raises a ``ValueError`` rather than being ignored. transformers is an optional dependency (``pip install -e ".[transformers]"``).
 """
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import kvcache
-from .dropin import _needs_grad, run_forward
+from .dropin import _check_variants, _needs_grad, run_forward, run_variants
 from .steps.launcher import softmax_scale
 from .steps.varlen import SequenceBounds, packed_bounds
 from .varlen import varlen_attention
@@ -36,7 +39,9 @@ NAME = "cutile_fmha"
 # transformers' own implementations: never replaced.
 RESERVED_NAMES = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
                   "flex_attention", "paged_attention")
-UNSUPPORTED_OPTIONS = ("softcap", "sliding_window", "position_bias", "s_aux")
+UNSUPPORTED_OPTIONS = ("position_bias",)
+# What transformers passes that attention()'s variants compute (kernels/variants.py).
+VARIANT_OPTIONS = ("sliding_window", "softcap", "s_aux")
 SUPPORTED_MASKS = "causal or bidirectional attention with a padding mask, or packed sequences"
 # Steps with at most this many new tokens per sequence go to the decode kernel
 # (cutile_fmha.kvcache) when no gradient is needed: it reads the cache once per K/V head.
@@ -46,6 +51,9 @@ DECODE_MAX_QUERY = 16
 # its own, positions restarting), combined by and_masks.
 _MASK_PARTS_HANDLED = frozenset((
     "causal_mask_function", "bidirectional_mask_function", "and_masks.<locals>.and_mask",
+    # the sliding window's part: the layer passes its width as sliding_window, which the
+    # kernels take as a window (attention_forward)
+    "sliding_window_overlay.<locals>.inner_mask",
     "packed_sequence_mask_function.<locals>.inner_mask",
     "remap_positions_for_packed_sequence.<locals>.inner_mask"))
 
@@ -102,8 +110,8 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
         unhandled = _unhandled_mask_parts(mask_function)
         if unhandled:
             raise ValueError(f"cuTile FMHA supports {SUPPORTED_MASKS}; this model's mask also "
-                             f"uses {list(unhandled)} (a sliding window, chunks or an "
-                             f"overlay): use another attn_implementation for it")
+                             f"uses {list(unhandled)} (chunks or another overlay): use "
+                             f"another attn_implementation for it")
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2:
@@ -207,6 +215,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     decode = (q_len <= DECODE_MAX_QUERY and query.shape[-1] in kvcache.HEAD_DIMS
               and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS
               and not _needs_grad(query, key, value))
+    variant = next((option for option in VARIANT_OPTIONS if kwargs.get(option) is not None),
+                   None)
+    if variant and (packed is not None or attention_mask is not None):
+        raise ValueError(f"cuTile FMHA runs {variant} on batches without padding or packed "
+                         f"sequences so far (the variable-length kernels do not take it): "
+                         f"use another attn_implementation for this batch")
     if packed is not None:
         if query.shape[0] != 1:
             raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
@@ -222,9 +236,26 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         else:
             out, _ = varlen_attention(query, key, value, bounds, q_len, k_len, causal=causal,
                                       scale=scaling, fill=0.0)
+    elif any(kwargs.get(option) is not None for option in VARIANT_OPTIONS):
+        out = _variants_forward(query, key, value, is_causal, scaling, **kwargs)
     elif decode:
         out = kvcache.attention_with_kvcache(query, key, value, is_causal=causal, scale=scaling)
     else:
         out, _ = run_forward(query, key, value, "bottom_right" if causal else "none",
                              softmax_scale(scaling, query.shape[-1]), False)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _variants_forward(query, key, value, is_causal: bool, scaling, *, sliding_window=None,
+                      softcap=None, s_aux=None, **_):
+    """A layer with transformers' sliding_window (the keys q - sliding_window + 1 .. q, as
+    its sliding_window_overlay), softcap or s_aux, without padding: attention()'s variants,
+    the causal diagonal at the last key (the newest tokens are the queries)."""
+    window = (-1, -1)
+    if sliding_window is not None:
+        window = (sliding_window - 1, 0 if is_causal else sliding_window - 1)
+    scale = softmax_scale(scaling, query.shape[-1])
+    variants = _check_variants(query, window, softcap, s_aux)
+    out, _ = run_variants(query, key, value, s_aux, "bottom_right" if is_causal else "none",
+                          scale, False, variants)
+    return out

@@ -24,6 +24,10 @@ sequences of lengths uniform in [256, --seq-len] (the variable-length benchmark'
 SDPA's cuDNN backend on as many sequences of one length with the same FLOPs; it writes
 platforms/tuned/<arch>-varlen.json, which the variable-length launcher reads.
 
+--fp8 searches the FP8 forward (kernels/fp8.py: step 9's loop on float8_e4m3fn inputs) over
+its own candidates (platforms/search_space.py), at --batch x --seq-len, against SDPA's cuDNN backend in bfloat16 on the
+same shape; it writes platforms/tuned/<arch>-fp8.json, which the FP8 launcher reads.
+
 --decode searches the decode kernel (kernels/decode.py) per head dim: keys per tile and
 occupancy, with the split rule (CTAs per SM, fewest keys per split) that cuts a cache
 across CTAs, on one new token per sequence against dense caches of DECODE_WORKLOADS
@@ -59,13 +63,14 @@ from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, Til
 from cutile_fmha.platforms.backward import (KERNELS, BackwardLaunch, backward_entry_for,
                                             backward_record, with_launches)
 from cutile_fmha.platforms.environment import find_cuda_tool
-from cutile_fmha.platforms.search_space import (LARGE_HEAD_DIM_SEARCH_SPACE, MAX_STACK_BYTES,
-                                                search_space_for)
+from cutile_fmha.platforms.search_space import (FP8_SEARCH_SPACE, LARGE_HEAD_DIM_SEARCH_SPACE,
+                                                MAX_STACK_BYTES, search_space_for)
 from cutile_fmha.platforms.tuned import tuned_path, write_tuned
 from cutile_fmha.steps import STEPS, plan_launch, steps_for
 from cutile_fmha.steps.backward import attention_backward
-from cutile_fmha.steps.compile import compile_step, compile_varlen, resource_usage
+from cutile_fmha.steps.compile import compile_fp8, compile_step, compile_varlen, resource_usage
 from cutile_fmha.steps.decode import DecodeShape, decode_forward
+from cutile_fmha.steps.fp8 import FP8_STEP, fp8_forward
 from cutile_fmha.steps.varlen import VARLEN_STEP, SequenceBounds, varlen_forward
 
 FINALISTS = 3  # candidates timed again before one is picked
@@ -103,15 +108,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--markdown", metavar="PATH", help="write the search's table as Markdown")
     parser.add_argument("--varlen", action="store_true",
                         help="tune the variable-length forward instead (head dims up to 256)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="tune the FP8 forward instead (D 64/128/256)")
     parser.add_argument("--decode", action="store_true",
                         help="tune the decode kernel and its split rule instead (D 64/128/256)")
     parser.add_argument("--backward", action="store_true",
                         help="tune the backward's dK/dV and dQ kernels instead (D 64/128/256)")
     args = parser.parse_args(argv)
-    if args.varlen + args.decode + args.backward > 1:
-        parser.error("--varlen, --decode and --backward each search on their own")
-    if (args.decode or args.backward) and set(args.head_dim) - set(HEAD_DIMS):
-        parser.error(f"--decode and --backward: head dims {HEAD_DIMS} only")
+    if args.varlen + args.fp8 + args.decode + args.backward > 1:
+        parser.error("--varlen, --fp8, --decode and --backward each search on their own")
+    if (args.fp8 or args.decode or args.backward) and set(args.head_dim) - set(HEAD_DIMS):
+        parser.error(f"--fp8, --decode and --backward: head dims {HEAD_DIMS} only")
+    # Which forward --head-dim's search times: the dense steps', or one kernel's.
+    args.kernel = "varlen" if args.varlen else "fp8" if args.fp8 else "dense"
     args.large_head_dims = args.head_dim[0] in LARGE_HEAD_DIMS
     if any((d in LARGE_HEAD_DIMS) != args.large_head_dims for d in args.head_dim):
         parser.error("--head-dim: tune head dims up to 256 and past 256 in separate runs "
@@ -126,11 +135,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _entry_with(arch: str, head_dim: int, causal: bool, launch: TunedLaunch, varlen: bool):
+# The forward searched (args.kernel) -> the PlatformEntry field of its tuned launches.
+TUNED_FIELDS = {"dense": "tuned", "varlen": "varlen_tuned", "fp8": "fp8_tuned"}
+
+
+def _entry_with(arch: str, head_dim: int, causal: bool, launch: TunedLaunch, kernel: str):
     """This architecture's entry with `launch` as its tuned launch for (head_dim, causal),
-    of the dense steps or of the variable-length forward."""
+    of the dense steps or of the `kernel` forward (TUNED_FIELDS)."""
     entry = entry_for(arch)
-    field = "varlen_tuned" if varlen else "tuned"
+    field = TUNED_FIELDS[kernel]
     launches = getattr(entry, field) | {(head_dim, causal): launch}
     return dataclasses.replace(entry, **{field: launches})
 
@@ -160,23 +173,40 @@ def _varlen_workload(lengths, heads, head_dim, causal, dtype) -> Workload:
         platform=entry))
 
 
+def _fp8_workload(shape) -> Workload:
+    from cutile_fmha import to_fp8
+
+    (q, q_descale), (k, k_descale), (v_t, v_descale) = (
+        to_fp8(t, transpose=index == 2) for index, t in enumerate(measure.make_inputs(shape)))
+    return Workload(shape.flops, lambda entry, launch: lambda: fp8_forward(
+        q, k, v_t, q_descale, k_descale, v_descale, causal=shape.causal,
+        scale=shape.head_dim ** -0.5, with_lse=False, platform=entry))
+
+
+def _workload(kernel: str, shape) -> Workload:
+    """The dense steps' or the FP8 forward's workload on inputs of `shape`."""
+    return _fp8_workload(shape) if kernel == "fp8" else _dense_workload(shape)
+
+
 def check_candidate(job) -> tuple[str | None, int | None]:
     """Compiles one candidate (the launch's JIT and the compile-only cubin): (why it is
     skipped or None, its stack frame in bytes or None without cuobjdump). Runs in a worker
     process, so the compiles run side by side."""
-    arch, head_dim, causal, launch, dtype, varlen = job
-    entry = _entry_with(arch, head_dim, causal, launch, varlen)
+    arch, head_dim, causal, launch, dtype, kernel = job
+    entry = _entry_with(arch, head_dim, causal, launch, kernel)
     stack_bytes = None
     try:
         if find_cuda_tool("cuobjdump"):
-            options = dict(dtype=dtype, head_dim=head_dim, causal=causal, entry=entry)
-            usage = resource_usage(compile_varlen("fmha", arch, **options) if varlen
-                                   else compile_step(launch.step, arch, **options))
-            stack_bytes = int(re.search(r"STACK:(\d+)", usage)[1])
+            options = dict(head_dim=head_dim, causal=causal, entry=entry)
+            cubin = compile_fp8(arch, **options) if kernel == "fp8" else \
+                compile_varlen("fmha", arch, dtype=dtype, **options) if kernel == "varlen" \
+                else compile_step(launch.step, arch, dtype=dtype, **options)
+            stack_bytes = int(re.search(r"STACK:(\d+)", resource_usage(cubin))[1])
             if stack_bytes > MAX_STACK_BYTES:
                 return f"spills (stack frame {stack_bytes} bytes)", stack_bytes
-        workload = _varlen_workload([100, 156], 2, head_dim, causal, dtype) if varlen else \
-            _dense_workload(measure.Shape(1, 2, 256, 256, head_dim, causal, dtype))
+        workload = _varlen_workload([100, 156], 2, head_dim, causal, dtype) \
+            if kernel == "varlen" else \
+            _workload(kernel, measure.Shape(1, 2, 256, 256, head_dim, causal, dtype))
         workload.run(entry, launch)()
         torch.cuda.synchronize()
     except Exception as error:  # a candidate the compiler refuses is a result, not a crash
@@ -185,8 +215,8 @@ def check_candidate(job) -> tuple[str | None, int | None]:
 
 
 def _time_launch(arch, head_dim, causal, workload: Workload, launch: TunedLaunch,
-                 iterations: int, varlen: bool) -> float:
-    entry = _entry_with(arch, head_dim, causal, launch, varlen)
+                 iterations: int, kernel: str) -> float:
+    entry = _entry_with(arch, head_dim, causal, launch, kernel)
     return measure.tflops(workload.flops, measure.time_ms(workload.run(entry, launch),
                                                           iterations))
 
@@ -197,13 +227,16 @@ def describe(launch: TunedLaunch) -> str:
             f"{launch.num_ctas or 'auto'}")
 
 
-def candidates(arch: str, head_dim: int, varlen: bool = False) -> list[TunedLaunch]:
+def candidates(arch: str, head_dim: int, kernel: str = "dense") -> list[TunedLaunch]:
     """Every launch to time at `head_dim`: each candidate of the search space with the
     tuned steps that run this head dim side by side, so that they meet the same clocks
-    (the variable-length forward: step 9's candidates)."""
-    steps = [VARLEN_STEP] if varlen else steps_for(head_dim, TUNED_STEPS)
+    (the variable-length and FP8 forwards: step 9's candidates)."""
+    steps = {"varlen": [VARLEN_STEP], "fp8": [FP8_STEP]}.get(kernel) or \
+        steps_for(head_dim, TUNED_STEPS)
     if head_dim in LARGE_HEAD_DIMS:
         launches = LARGE_HEAD_DIM_SEARCH_SPACE.launches(steps[0], head_dim)
+    elif kernel == "fp8":
+        launches = FP8_SEARCH_SPACE.launches(steps[0])
     else:
         launches = search_space_for(arch).launches(steps[0])
     return [dataclasses.replace(launch, step=step) for launch in launches for step in steps]
@@ -228,8 +261,8 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     """(fastest launch per (head dim, causal), the search's rows); `save(best, rows)` after
     each point, so that an interrupted search keeps what it measured."""
     points = [(d, c) for d in args.head_dim for c in (True, False)]
-    jobs = [(arch, d, c, launch, args.dtype, args.varlen) for d, c in points
-            for launch in candidates(arch, d, args.varlen)]
+    jobs = [(arch, d, c, launch, args.dtype, args.kernel) for d, c in points
+            for launch in candidates(arch, d, args.kernel)]
     lengths = sequence_lengths(args.batch * args.seq_len, 256, args.seq_len, seed=0)
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.workers) as pool:
@@ -248,7 +281,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
                                         k_len=same_work)
             workload = _varlen_workload(lengths, heads, head_dim, causal, args.dtype)
         else:
-            workload = _dense_workload(shape)
+            workload = _workload(args.kernel, shape)
         q, k, v = measure.make_inputs(shape)
         # The baseline: cuDNN, or past D=256 the one SDPA backend that runs it.
         backend = "efficient" if args.large_head_dims else "cudnn"
@@ -260,14 +293,14 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
             if (d, c) != (head_dim, causal):
                 continue
             tflops = None if reason else _time_launch(arch, head_dim, causal, workload, launch,
-                                                      args.iterations, args.varlen)
+                                                      args.iterations, args.kernel)
             point_rows.append(_row(head_dim, causal, launch, tflops, backend, sdpa, reason)
                               | {"stack_bytes": stack_bytes})
             timed.update()
         def retime(row):
             timed.update()
             return _time_launch(arch, head_dim, causal, workload, row["launch"],
-                                args.iterations, args.varlen)
+                                args.iterations, args.kernel)
 
         fastest = fastest_finalist([r for r in point_rows if r["tflops"]], "tflops", retime,
                                    larger_is_better=True)
@@ -466,6 +499,9 @@ def main(argv=None) -> int:
     arch = arch_of_capability(*torch.cuda.get_device_capability())
     shape = f"{args.batch * args.seq_len} tokens of sequences of 256-{args.seq_len} tokens" \
         if args.varlen else f"B={args.batch} N={args.seq_len}"
+    if args.fp8:
+        shape = f"float8_e4m3fn against SDPA cuDNN in {args.dtype}, B={args.batch} " \
+                f"N={args.seq_len}"
     if args.decode:
         shape = "one token per sequence, dense caches of (batch, keys) " + \
             ", ".join(f"{b}x{n}" for b, n in DECODE_WORKLOADS) + \
@@ -476,7 +512,7 @@ def main(argv=None) -> int:
         "shape": f"{shape} {args.dtype}" + ("" if args.decode else
                                              f", {measure.describe_heads(args.heads, None)}")}
     path = Path(args.output) if args.output else tuned_path(
-        arch, args.large_head_dims, args.varlen, args.decode, args.backward)
+        arch, args.large_head_dims, args.varlen, args.decode, args.backward, args.fp8)
 
     def table(rows):
         return [{key: value for key, value in row.items() if key != "launch"} for row in rows]

@@ -130,12 +130,7 @@ def main(argv=None) -> int:
         "rounds": args.rounds}
     fa4 = measure.fa4_unless(args, context)
     rows = run(args, fa4)
-    print(measure.format_context(context))
-    print(measure.format_table(rows, COLUMNS))
-    if args.json:
-        measure.write_json(args.json, context, rows)
-    if args.markdown:
-        measure.write_markdown(args.markdown, "cuTile FMHA backward", context, rows, COLUMNS)
+    measure.report(args, "cuTile FMHA backward", context, rows, COLUMNS)
     return 0
 
 

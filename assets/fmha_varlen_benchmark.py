@@ -198,13 +198,7 @@ def main(argv=None) -> int:
                      f"{args.tokens} tokens (seed {args.seed}): {lengths}",
         "heads": measure.describe_heads(args.heads, args.kv_heads), "rounds": args.rounds}
     rows = run(args, fa4)
-    print(measure.format_context(context))
-    print(measure.format_table(rows, COLUMNS))
-    if args.json:
-        measure.write_json(args.json, context, rows)
-    if args.markdown:
-        measure.write_markdown(args.markdown, "cuTile FMHA variable-length batches", context,
-                               rows, COLUMNS)
+    measure.report(args, "cuTile FMHA variable-length batches", context, rows, COLUMNS)
     return 0
 
 

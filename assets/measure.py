@@ -417,3 +417,14 @@ def write_markdown(path, title: str, context: dict, rows: list[dict],
     context_lines = "\n".join(f"- {key}: {value}" for key, value in context.items())
     with open(path, "w") as f:
         f.write(f"# {title}\n\n{context_lines}\n\n{format_table(rows, columns, 'github')}\n")
+
+
+def report(args: argparse.Namespace, title: str, context: dict, rows: list[dict],
+           columns: list[Column]) -> None:
+    """Prints a run's context and table, and writes them where --json and --markdown say."""
+    print(format_context(context))
+    print(format_table(rows, columns))
+    if args.json:
+        write_json(args.json, context, rows)
+    if args.markdown:
+        write_markdown(args.markdown, title, context, rows, columns)

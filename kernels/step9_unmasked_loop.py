@@ -18,29 +18,49 @@ from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
 
 def attend(Q, K, V, q, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_len, last_key,
            offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-           CAUSAL: ConstBool, MASKED: ConstBool):
+           CAUSAL: ConstBool, MASKED: ConstBool, FP8: ConstBool, SOFTCAP: ConstBool,
+           tanh_scale, WINDOW: ConstBool, window_left, window_right):
     """Key tiles first_tile..end_tile-1 into the running (m_i, l_i, acc); with MASKED, past
-    the causal diagonal and the last key are masked."""
+    the causal diagonal, the last key and the window are masked. FP8: V is stored
+    transposed (see kernels/fp8.py). SOFTCAP: the scores are tanh(qk * tanh_scale), which
+    qk_scale_log2 then scales (see kernels/variants.py). WINDOW: row i sees keys
+    last_key[i] - window_left to last_key[i] + window_right."""
     for j in range(first_tile, end_tile):
         k_t = ct.load(K, index=(batch, kv_head, 0, j), shape=(1, 1, TILE_D, TILE_N),
                       order=(0, 1, 3, 2), latency=2).reshape((TILE_D, TILE_N))
         qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+        if SOFTCAP:
+            qk = ct.tanh(qk * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
         if MASKED:
             offs_n = j * TILE_N + offs_n_in_tile
             visible = offs_n < k_len
             if CAUSAL:
                 visible = visible & (last_key >= offs_n)
+            if WINDOW:
+                visible = visible & (offs_n >= last_key - window_left) & \
+                    (offs_n <= last_key + window_right)
             qk = ct.where(visible, qk, -math.inf)
 
         m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale_log2)
-        p = ct.exp2(qk * qk_scale_log2 - m_ij, flush_to_zero=True)
-        alpha = ct.exp2(m_i - m_ij, flush_to_zero=True)  # rescales the old sums
+        m_subtracted = m_ij
+        if WINDOW:
+            if MASKED:
+                # A row can see no key of a tile at a window's edge, and none before it:
+                # subtract 0, not -inf (exp2(-inf + inf) would be NaN), so its p is 0.
+                m_subtracted = ct.where(m_ij == -math.inf, 0.0, m_ij)
+        p = ct.exp2(qk * qk_scale_log2 - m_subtracted, flush_to_zero=True)
+        alpha = ct.exp2(m_i - m_subtracted, flush_to_zero=True)  # rescales the old sums
         l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
         acc = acc * alpha
 
         # Zero padding: rows past the last key must add 0 * 0, not 0 * garbage.
-        v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_D),
-                    padding_mode=ct.PaddingMode.ZERO, latency=4).reshape((TILE_N, TILE_D))
+        if FP8:
+            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_D),
+                        order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
+                        latency=4).reshape((TILE_N, TILE_D))
+        else:
+            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_D),
+                        padding_mode=ct.PaddingMode.ZERO, latency=4).reshape((TILE_N, TILE_D))
         acc = ct.mma(p.astype(Q.dtype), v, acc)
         m_i = m_ij
     return m_i, l_i, acc
@@ -54,18 +74,31 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
     if CAUSAL:
         q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
-                      TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE)
+                      TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, False, 0.0,
+                      False, 0, 0, False, Lse)
 
 
 def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset,
                       TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                      QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool):
+                      QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool,
+                      FP8: ConstBool, v_scale, SOFTCAP: ConstBool, softcap,
+                      WINDOW: ConstBool, window_left, window_right, SINKS: ConstBool, Sinks):
     """One query tile of one head against every key it sees: its rows of Out and (with
     WRITE_LSE) of Lse. A function of its own so that the variable-length kernel
-    (kernels/varlen.py) runs this very code on views of one sequence."""
+    (kernels/varlen.py), the FP8 one (kernels/fp8.py) and the variants' (kernels/variants.py)
+    run this very code, the first on views of one sequence. The constants after WRITE_LSE
+    each turn on one variant, with its run-time values after it (unused when off):
+    FP8: float8 inputs, V stored transposed, the output multiplied by `v_scale` (V's
+    dequantization factor). SOFTCAP: scores softcap * tanh(scores / softcap). WINDOW: row i
+    sees keys within window_left before and window_right after its diagonal key. SINKS: one
+    more logit per head, Sinks[head], in each row's softmax denominator."""
     kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
     k_len = K.shape[2]
     qk_scale_log2 = qk_scale * INV_LOG_2
+    tanh_scale = 0.0
+    if SOFTCAP:  # softcap * tanh(qk * scale / softcap), in base 2
+        tanh_scale = qk_scale / softcap
+        qk_scale_log2 = softcap * INV_LOG_2
 
     # Under the causal mask query row i sees keys j <= i + query_offset: 0 aligns the
     # diagonal top-left (SDPA's is_causal), k_len - q_len bottom-right (a KV-cache prefill).
@@ -74,6 +107,9 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
 
     m_i = ct.full((TILE_M, 1), -math.inf, dtype=ct.float32)
     l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
+    if SINKS:  # the sink as if it were a key seen first: running max it, sum exp(0) = 1
+        m_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32) + ct.gather(Sinks, head) * INV_LOG_2
+        l_i = ct.full((TILE_M, 1), 1.0, dtype=ct.float32)
     acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
 
     q = ct.load(Q, index=(batch, head, q_tile, 0),
@@ -88,14 +124,45 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
         num_k_tiles = ct.cdiv(k_len, TILE_N)
         mask_start = k_len // TILE_N
 
-    m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, 0, mask_start, batch, kv_head, k_len,
-                           last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_M, TILE_N,
-                           CAUSAL, False)
-    m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, 0), num_k_tiles, batch,
-                           kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D,
-                           TILE_M, TILE_N, CAUSAL, True)
+    if WINDOW:
+        # Three ranges: the tiles across the window's lower edge (masked), the tiles every
+        # row sees whole, the tiles across its upper edge or the last key (masked). Tiles
+        # below the window are never loaded: a window of w keys costs O(w) per row.
+        first_row_key = q_tile * TILE_M + query_offset  # the diagonal key of the first row
+        last_row_key = first_row_key + TILE_M - 1
+        if not CAUSAL:
+            num_k_tiles = ct.cdiv(max(min(last_row_key + window_right + 1, k_len), 0), TILE_N)
+            mask_start = min(max(first_row_key + window_right + 1, 0) // TILE_N,
+                             k_len // TILE_N)
+        first_tile = max(first_row_key - window_left, 0) // TILE_N
+        whole_start = min(max(ct.cdiv(max(last_row_key - window_left, 0), TILE_N), first_tile),
+                          num_k_tiles)
+        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, first_tile, whole_start, batch,
+                               kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D,
+                               TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale, True,
+                               window_left, window_right)
+        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, whole_start, mask_start, batch,
+                               kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D,
+                               TILE_M, TILE_N, CAUSAL, False, FP8, SOFTCAP, tanh_scale, True,
+                               window_left, window_right)
+        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, whole_start),
+                               num_k_tiles, batch, kv_head, k_len, last_key, offs_n_in_tile,
+                               qk_scale_log2, TILE_D, TILE_M, TILE_N, CAUSAL, True, FP8,
+                               SOFTCAP, tanh_scale, True, window_left, window_right)
+    else:
+        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, 0, mask_start, batch, kv_head, k_len,
+                               last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_M, TILE_N,
+                               CAUSAL, False, FP8, SOFTCAP, tanh_scale, False, 0, 0)
+        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, 0), num_k_tiles,
+                               batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2,
+                               TILE_D, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
+                               False, 0, 0)
 
     out = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
+    if FP8:
+        out = out * v_scale
+    if WINDOW:  # a row whose window holds no key: 0, not 0/0 (l_i >= 1 once it sees one)
+        out = ct.where(l_i > 0.0, out, 0.0)
     if CAUSAL:
         # Rows whose diagonal falls before the first key (bottom-right alignment with more
         # queries than keys) see no key: their output is 0, not 0/0.
@@ -108,5 +175,6 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
         # (flash-attn's convention; -inf for a row that sees no key).
         lse = (m_i + ct.log2(l_i)) * LN_2
         if CAUSAL:
-            lse = ct.where(sees_a_key, lse, -math.inf)
+            if not SINKS:  # with sinks the row's LSE is its sink's
+                lse = ct.where(sees_a_key, lse, -math.inf)
         ct.store(Lse, index=(batch, head, q_tile), tile=lse.reshape((1, 1, TILE_M)))

@@ -98,7 +98,8 @@ def fmha(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds, qk_scale
             store_no_keys(Out, Lse, head, q_tile, 0, TILE_M, TILE_D, TILE_D, WRITE_LSE)
         else:
             attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, qk_scale, k_len - q_len,
-                              TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE)
+                              TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False,
+                              1.0, False, 0.0, False, 0, 0, False, Lse)
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())

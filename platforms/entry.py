@@ -88,6 +88,9 @@ class PlatformEntry:
     # (head dim, causal) -> the autotuner's launch of the variable-length forward (step 9's
     # query tile over packed sequences); where it has not run, the dense step's launch.
     varlen_tuned: dict[tuple[int, bool], TunedLaunch] = field(default_factory=dict)
+    # (head dim, causal) -> the autotuner's launch of the FP8 forward (kernels/fp8.py, step
+    # 9's loop on float8 inputs); where it has not run, step 9's launch.
+    fp8_tuned: dict[tuple[int, bool], TunedLaunch] = field(default_factory=dict)
     # head dim -> the decode kernel's launch and split rule.
     decode: dict[int, DecodeLaunch] = field(default_factory=lambda: dict(DECODE_GUESS))
     decode_note: str = "not measured: DECODE_GUESS (platforms/entry.py)"

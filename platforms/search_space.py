@@ -64,6 +64,14 @@ def search_space_for(arch: str) -> SearchSpace:
     return SEARCH_SPACES.get(arch, DEFAULT_SEARCH_SPACE)
 
 
+# The FP8 forward (kernels/fp8.py), on every architecture that has it: float8 K and V tiles
+# are half the bytes, so 256-key tiles fit in shared memory and were the only ones without
+# spills at D=256 on sm_90 with 64-row query tiles (cuobjdump, tileiras 13.4).
+FP8_SEARCH_SPACE = SearchSpace(
+    tiles=(TileShape(64, 64),) + _64_TO_128 + (TileShape(64, 256), TileShape(128, 256)),
+    occupancy=(1, 2), num_worker_warps=(None, 8), num_ctas=(None,))
+
+
 # Past D=256 (steps 10-11), on every architecture: TILE_M 64 (the accumulators of 64 rows
 # by up to about 700 columns already fill the registers), one CTA per SM, eight worker
 # warps (four ran 3-40% slower from D=768 on). Narrower slices than 256 columns recompute

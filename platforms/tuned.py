@@ -26,12 +26,12 @@ DECODE_KEYS = ("head_dim",) + tuple(field.name for field in dataclasses.fields(D
 
 
 def tuned_path(arch: str, large_head_dims: bool = False, varlen: bool = False,
-               decode: bool = False, backward: bool = False) -> Path:
+               decode: bool = False, backward: bool = False, fp8: bool = False) -> Path:
     """Where the autotuner's launches for `arch` are: head dims 64-256, past 256, the
-    variable-length forward's, the decode kernel's or the backward's
-    (platforms/backward.py reads those)."""
+    variable-length forward's, the decode kernel's, the backward's (platforms/backward.py
+    reads those) or the FP8 forward's."""
     suffix = "-large-head-dims" if large_head_dims else "-varlen" if varlen else \
-        "-decode" if decode else "-backward" if backward else ""
+        "-decode" if decode else "-backward" if backward else "-fp8" if fp8 else ""
     return TUNED_DIR / f"{arch}{suffix}.json"
 
 
@@ -94,8 +94,10 @@ def load_tuned(arch: str) -> dict:
     "decode_note" from the decode one; {} where the autotuner has not run."""
     found = [load_launches(arch, path) for path in (tuned_path(arch), tuned_path(arch, True))
              if path.exists()]
-    varlen = tuned_path(arch, varlen=True)
-    fields = {"varlen_tuned": load_launches(arch, varlen)[0]} if varlen.exists() else {}
+    fields = {field: load_launches(arch, path)[0]
+              for field, path in (("varlen_tuned", tuned_path(arch, varlen=True)),
+                                  ("fp8_tuned", tuned_path(arch, fp8=True)))
+              if path.exists()}
     decode = tuned_path(arch, decode=True)
     if decode.exists():
         launches, note = load_launches(arch, decode, _decode_launch)

@@ -29,11 +29,15 @@ from ..platforms.environment import arch_problem, check_compiler, find_compiler,
 from .backward import BACKWARD_FAMILIES, backward_kernel
 from .definitions import STEPS, steps_for
 from .decode import DecodeShape, decode_plan
-from .family import DECODE, MERGE_SPLITS, KernelFamily, backward_constants, forward_constants
+from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, KernelFamily,
+                     backward_constants, forward_constants)
+from .fp8 import fp8_kernel
+from .variants import Variants, variants_kernel
 from .launcher import kernel_for
 from .varlen import VARLEN_BACKWARD_FAMILIES, forward_kernel
 
-CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16}
+CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16,
+             "float8_e4m3fn": ct.float8_e4m3fn}
 
 
 def export_cubin(kernel, family: KernelFamily, *, dtype: str, constants: dict,
@@ -85,6 +89,27 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
     return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
                         VARLEN_BACKWARD_FAMILIES[name], dtype=dtype, constants=constants,
                         arch=arch)
+
+
+def compile_fp8(arch: str, *, head_dim: int, causal: bool, write_lse: bool = False,
+                query_group: int = 1, entry: PlatformEntry | None = None) -> bytes:
+    """The cubin of the FP8 forward (kernels/fp8.py) for `arch`, at the launch the launcher
+    takes there."""
+    kernel, constants = fp8_kernel(entry or entry_for(arch), head_dim=head_dim, causal=causal,
+                                   query_group=query_group, write_lse=write_lse)
+    return export_cubin(kernel, FORWARD_FP8, dtype="float8_e4m3fn", constants=constants,
+                        arch=arch)
+
+
+def compile_variants(arch: str, *, dtype: str, head_dim: int, causal: bool,
+                     variants: Variants, write_lse: bool = False, query_group: int = 1,
+                     entry: PlatformEntry | None = None) -> bytes:
+    """The cubin of the variants' kernel (kernels/variants.py) for `arch` with `variants`
+    compiled in, at the launch the launcher takes there."""
+    kernel, constants = variants_kernel(entry or entry_for(arch), head_dim=head_dim,
+                                        causal=causal, query_group=query_group,
+                                        write_lse=write_lse, variants=variants)
+    return export_cubin(kernel, FORWARD_VARIANTS, dtype=dtype, constants=constants, arch=arch)
 
 
 def compile_decode(arch: str, *, dtype: str, head_dim: int, kv_heads: int = 8, group: int = 4,
@@ -148,7 +173,7 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS),
                         choices=HEAD_DIMS + LARGE_HEAD_DIMS,
                         help="default 64 128 256; past 256 only steps 10-11 run")
-    parser.add_argument("--dtype", choices=sorted(CT_DTYPES), default="float16")
+    parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="float16")
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--lse", action="store_true",
                         help="the variant that also writes the log-sum-exp")

@@ -120,6 +120,37 @@ FORWARD = KernelFamily(
 )
 
 
+# The FP8 forward (kernels/fp8.py): Q, K float8_e4m3fn as in FORWARD, V stored transposed
+# (batch, kv_heads, D, k_len), Out bfloat16, and after Lse the float32 dequantization
+# factors of Q (batch, heads), K and V (batch, kv_heads). The grid is FORWARD's.
+FORWARD_FP8 = KernelFamily(
+    name="forward, float8",
+    parameters=_QKV + (Tensor("Out", 4, ct.bfloat16), Tensor("Lse", 3, ct.float32))
+    + tuple(Tensor(name, 2, ct.float32, aligned=False)
+            for name in ("QDescale", "KDescale", "VDescale"))
+    + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
+    grid=tiles_per_head("Q", "TILE_M"),
+)
+
+
+# The variants (kernels/variants.py): FORWARD's tensors and Sinks (heads,) float32, its
+# scalars and softcap, window_left, window_right, its constants and SOFTCAP, WINDOW, SINKS,
+# each turning one variant on (Sinks, softcap and the window are read only then). The grid
+# is FORWARD's.
+VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW", "SINKS")
+FORWARD_VARIANTS = KernelFamily(
+    name="forward, variants",
+    parameters=_QKV + (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
+                       Tensor("Sinks", 1, ct.float32, aligned=False))
+    + _ATTENTION_SETTINGS[:2]
+    + (Scalar("softcap", ct.float32), Scalar("window_left", ct.int32),
+       Scalar("window_right", ct.int32))
+    + _ATTENTION_SETTINGS[2:] + (Constant("WRITE_LSE"),)
+    + tuple(Constant(name) for name in VARIANT_CONSTANTS),
+    grid=tiles_per_head("Q", "TILE_M"),
+)
+
+
 def _query_tiles_by_output_slices(values: dict) -> tuple[int, int, int]:
     batch, heads, q_len, _ = values["Q"].shape
     slices = values["TILE_D"] // values["TILE_V"]

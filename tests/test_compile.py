@@ -21,7 +21,8 @@ from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import compile as compile_module
 from cutile_fmha.steps.backward import ROW_DOT_TILE_M
 from cutile_fmha.steps.compile import (compile_backward, compile_decode, compile_step,
-                                       compile_varlen, export_cubin)
+                                       compile_variants, compile_varlen, export_cubin)
+from cutile_fmha.steps.variants import Variants
 from cutile_fmha.steps.compile import main as compile_main
 from cutile_fmha.steps.definitions import fastest_step, steps_for
 from cutile_fmha.steps.family import ROW_DOT
@@ -172,3 +173,24 @@ def _decode_cases():
 def test_decode_kernels_compile(arch, head_dim, variant):
     for cubin in compile_decode(arch, dtype="bfloat16", head_dim=head_dim, **variant):
         assert cubin[:4] == b"\x7fELF", "export_kernel did not produce a cubin"
+
+
+# The variants' kernel: each variant alone and combined on sm_90 at every head dim, and one
+# combination in turn on each other architecture.
+VARIANT_CASES = [Variants(window=(128, None)), Variants(softcap=30.0), Variants(sinks=True),
+                 Variants(window=(64, 16), softcap=50.0, sinks=True)]
+
+
+def _variant_cases():
+    for index, head_dim in enumerate(HEAD_DIMS * 2):
+        yield FULL_GRID_ARCH, head_dim, VARIANT_CASES[index % len(VARIANT_CASES)], VARIANTS[index % 4]
+    for index, arch in enumerate(OTHER_ARCHS):
+        yield arch, 128, VARIANT_CASES[index % len(VARIANT_CASES)], VARIANTS[index % 4]
+
+
+@pytest.mark.parametrize("arch,head_dim,variants,variant", list(_variant_cases()))
+def test_variants_kernel_compiles(arch, head_dim, variants, variant):
+    dtype, causal, write_lse, group = variant
+    cubin = compile_variants(arch, dtype=dtype, head_dim=head_dim, causal=causal,
+                             variants=variants, write_lse=write_lse, query_group=group)
+    assert cubin[:4] == b"\x7fELF"

@@ -74,6 +74,39 @@ def test_flags_must_be_bools(argument, value):
         attention(*qkv(), **{argument: value})
 
 
+@pytest.mark.parametrize("options,error,message", [
+    (dict(window_size=(-2, 0)), ValueError, r"window_size's sides must be -1 \(unbounded\) or at "
+                                            r"least 0, got \(-2, 0\)"),
+    (dict(window_size=4), TypeError, r"window_size must be a pair of ints \(left, right\)"),
+    (dict(window_size=(1.5, 0)), TypeError, "window_size must be a pair of ints"),
+    (dict(softcap=0.0), ValueError, r"softcap must be a positive finite number \(None: no cap\)"),
+    (dict(softcap=-3.0), ValueError, "softcap must be a positive finite number"),
+    (dict(softcap="30"), TypeError, "softcap must be a float or None, got str"),
+    (dict(sinks=[0.0] * 4), TypeError, "sinks must be a torch.Tensor or None, got list"),
+    (dict(sinks=torch.zeros(2)), ValueError, r"sinks must be a floating-point tensor of one "
+                                             r"logit per query head, shape \(4,\)"),
+    (dict(sinks=torch.zeros(4, dtype=torch.int32)), ValueError, "sinks must be a floating-point"),
+])
+def test_variant_arguments_are_checked(options, error, message):
+    with pytest.raises(error, match=message):
+        attention(*qkv(), **options)
+
+
+def test_variants_run_head_dims_64_to_256():
+    with pytest.raises(ValueError, match=r"window_size, softcap and sinks run head dims "
+                                         r"\(64, 128, 256\), got 512"):
+        attention(*qkv(head_dim=512), softcap=30.0)
+
+
+def test_no_variant_asked_is_the_plain_kernel(monkeypatch):
+    """window_size=(-1, -1), softcap=None and sinks=None take the plain path."""
+    monkeypatch.setattr(dropin, "run_forward", lambda *args: ("plain", None))
+    monkeypatch.setattr(dropin, "run_variants", lambda *args: ("variants", None))
+    assert attention(*qkv(), window_size=(-1, -1)) == "plain"
+    assert attention(*qkv(), window_size=(5, -1)) == "variants"
+    assert attention(*qkv(), sinks=torch.zeros(4)) == "variants"
+
+
 def test_no_backward_past_head_dim_256():
     q, k, v, out = (torch.randn(1, 2, 8, 512) for _ in range(4))
     with pytest.raises(ValueError, match="the backward runs head dims \\(64, 128, 256\\), got 512"):

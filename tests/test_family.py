@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from cutile_fmha.kernels import decode, varlen
+from cutile_fmha.kernels import decode, fp8, variants, varlen
 from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
 from cutile_fmha.platforms import TileShape
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.family import (DECODE, DKDV_VARLEN, DQ_VARLEN, FORWARD,
+from cutile_fmha.steps.family import (DECODE, DKDV_VARLEN, DQ_VARLEN, FORWARD, FORWARD_FP8,
+                                      FORWARD_VARIANTS,
                                       FORWARD_TENSORS, FORWARD_TILED_HEAD_DIM, FORWARD_VARLEN,
                                       MERGE_SPLITS, forward_constants)
 
@@ -31,6 +32,11 @@ def test_every_step_takes_its_family_parameters_in_order(step):
                                            ("dq", DQ_VARLEN)])
 def test_variable_length_kernels_take_their_family_parameters_in_order(kernel, family):
     assert parameters_of(varlen.__file__, kernel) == family.names
+
+
+@pytest.mark.parametrize("module,family", [(fp8, FORWARD_FP8), (variants, FORWARD_VARIANTS)])
+def test_fp8_and_variants_kernels_take_their_family_parameters_in_order(module, family):
+    assert parameters_of(module.__file__, "fmha") == family.names
 
 
 @pytest.mark.parametrize("kernel,family", [("decode", DECODE), ("merge_splits", MERGE_SPLITS)])

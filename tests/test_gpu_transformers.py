@@ -117,3 +117,50 @@ def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients():
     for (name, mine), theirs in zip(ours.named_parameters(), twin.parameters()):
         scale = theirs.grad.abs().max()
         assert (mine.grad - theirs.grad).abs().max() <= 2e-2 * scale, name
+
+
+def gemma2_like(attn_implementation):
+    """Gemma 2's attention: logit softcap, sliding window on every other layer."""
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=512, hidden_size=512, intermediate_size=1024,
+                          num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=128, max_position_embeddings=2048, sliding_window=64,
+                          attn_logit_softcapping=20.0, final_logit_softcapping=None,
+                          query_pre_attn_scalar=128)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    return model.to(device="cuda", dtype=torch.bfloat16).eval()
+
+
+def gpt_oss_like(attn_implementation):
+    """gpt-oss's attention: a learnable sink per head (s_aux), sliding windows on every
+    other layer; two small experts, both used by every token, so that no near-tie in the
+    router flips a token's experts between the two models."""
+    from transformers import AutoModelForCausalLM, GptOssConfig
+
+    torch.manual_seed(0)
+    config = GptOssConfig(vocab_size=512, hidden_size=512, intermediate_size=512,
+                          num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                          head_dim=64, num_local_experts=2, num_experts_per_tok=2,
+                          sliding_window=64, max_position_embeddings=2048)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    with torch.no_grad():  # sinks start at zero: make them matter
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    return model.to(device="cuda", dtype=torch.bfloat16).eval()
+
+
+@pytest.mark.parametrize("make", [gemma2_like, gpt_oss_like], ids=["gemma2", "gpt-oss"])
+def test_softcap_sliding_window_and_sink_models_give_eagers_logits(make):
+    """Prefill past the window, then greedy decoding through the variants' kernel."""
+    ours, eager = make(backend.register()), make("eager")
+    eager.load_state_dict(ours.state_dict())
+    tokens = torch.randint(1, 512, (2, 300), device="cuda",
+                           generator=torch.Generator(device="cuda").manual_seed(3))
+    with torch.no_grad():
+        logits = [model(tokens).logits.float() for model in (ours, eager)]
+    assert (logits[0] - logits[1]).abs().max() <= TOLERANCE * logits[1].abs().max()
+    generations = [generate(model, tokens, torch.ones_like(tokens), 8) for model in (ours, eager)]
+    compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
+    assert compared["all_near_ties"], compared

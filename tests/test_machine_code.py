@@ -3,7 +3,9 @@
 The sm_90 table entry was chosen by timing; these checks say why the final step is fast
 and keep it so: warpgroup MMA (HGMMA) and TMA loads (UTMALDG), and at most a few spilled
 registers. They also pin down what two ideas cost: the approximate division, and the
-log-sum-exp output, which must cost nothing when it is off.
+log-sum-exp output, which must cost nothing when it is off, as must the FP8 forward's and
+the variants' branches in step 9's code when their constants are off; and that the FP8
+forward multiplies on the float8 warpgroup path and the softcap is a hardware tanh.
 """
 
 import ast
@@ -13,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from cutile_fmha.kernels import step5_occupancy, step6_approx_div
+from cutile_fmha.kernels import step5_occupancy, step6_approx_div, step9_unmasked_loop
 from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, entry_for
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.compile import (compile_step, compile_varlen, export_cubin,
-                                       resource_usage, sass)
+from cutile_fmha.steps.compile import (compile_fp8, compile_step, compile_variants,
+                                       compile_varlen, export_cubin, resource_usage, sass)
 from cutile_fmha.steps.definitions import fastest_step, step_of
 from cutile_fmha.steps.family import forward_constants
+from cutile_fmha.steps.variants import Variants
 
 pytestmark = pytest.mark.skipif(
     find_compiler().path is None or not all(find_cuda_tool(tool)
@@ -58,12 +61,17 @@ def test_approximate_division_is_a_hardware_reciprocal():
     assert "MUFU.RCP" in after and "FCHK" not in after and "CALL.REL" not in after
 
 
-class _DeleteLse(ast.NodeTransformer):
-    """Deletes every `if WRITE_LSE:` block; makes relative imports absolute."""
+class _DeleteBranches(ast.NodeTransformer):
+    """Replaces every `if NAME:` block, for NAME a constant of `names`, by its `else` (or
+    nothing): the code as if the constant were off and had never been written; makes
+    relative imports absolute."""
+
+    def __init__(self, names):
+        self.names = set(names)
 
     def visit_If(self, node):
-        if isinstance(node.test, ast.Name) and node.test.id == "WRITE_LSE":
-            return None
+        if isinstance(node.test, ast.Name) and node.test.id in self.names:
+            return [self.visit(statement) for statement in node.orelse] or None
         return self.generic_visit(node)
 
     def visit_ImportFrom(self, node):
@@ -73,11 +81,12 @@ class _DeleteLse(ast.NodeTransformer):
         return node
 
 
-def kernel_without_lse_code(step: int, folder: Path):
-    """The step's kernel compiled from a copy of its module with the LSE code deleted."""
+def kernel_without(step: int, folder: Path, *constants: str):
+    """The step's kernel compiled from a copy of its module with the code under the
+    `constants` deleted (what runs when they are off kept)."""
     source = Path(STEPS[step].source_file).read_text()
-    path = folder / f"step{step}_without_lse.py"
-    path.write_text(ast.unparse(_DeleteLse().visit(ast.parse(source))))
+    path = folder / f"step{step}_without_{'_'.join(constants).lower()}.py"
+    path.write_text(ast.unparse(_DeleteBranches(constants).visit(ast.parse(source))))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -100,8 +109,40 @@ def test_log_sum_exp_costs_nothing_when_off(step, tmp_path):
     """With WRITE_LSE=False the sm_90 machine code is, instruction for instruction, that of
     the same kernel with its log-sum-exp code deleted; with it on, the code changes."""
     off = sm90_sass(step, STEPS[step].kernel, write_lse=False)
-    assert off == sm90_sass(step, kernel_without_lse_code(step, tmp_path), write_lse=False)
+    assert off == sm90_sass(step, kernel_without(step, tmp_path, "WRITE_LSE"), write_lse=False)
     assert off != sm90_sass(step, STEPS[step].kernel, write_lse=True)
+
+
+@pytest.mark.parametrize("variant", ["FP8", "SOFTCAP", "WINDOW", "SINKS"])
+def test_variant_branches_cost_the_plain_kernel_nothing(variant, tmp_path):
+    """Step 9's code serves the FP8 forward and the variants (kernels/fp8.py,
+    kernels/variants.py) through constants: off (every step 9 launch), the machine code is
+    that of the code without the variant's branches."""
+    step = step_of(step9_unmasked_loop).number
+    assert sm90_sass(step, STEPS[step].kernel, write_lse=False) == \
+        sm90_sass(step, kernel_without(step, tmp_path, variant), write_lse=False)
+
+
+def test_softcap_is_one_hardware_tanh_per_score_and_window_and_sinks_spill_nothing():
+    """The variants' kernel with everything on at D=128, causal: MUFU.TANH (no software
+    tanh), warpgroup MMA and TMA loads, no spill."""
+    cubin = compile_variants("sm_90", dtype="bfloat16", head_dim=128, causal=True,
+                             variants=Variants(window=(256, None), softcap=30.0, sinks=True),
+                             write_lse=True)
+    usage, code = resource_usage(cubin), sass(cubin)
+    assert "MUFU.TANH" in code and "HGMMA" in code and "UTMALDG" in code
+    assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_fp8_forward_multiplies_in_float8_with_tma_loads_and_no_spills(head_dim):
+    """Both products are float8 warpgroup MMAs (QGMMA, none in 16 bits), V^T's tiles too
+    are TMA loads, and the launch the table gives spills nothing."""
+    cubin = compile_fp8("sm_90", head_dim=head_dim, causal=True)
+    usage, code = resource_usage(cubin), sass(cubin)
+    assert "QGMMA" in code and "E4M3.E4M3" in code and "HGMMA" not in code
+    assert "UTMALDG" in code
+    assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
 
 
 @pytest.mark.parametrize("name,causal", [("fmha", True), ("fmha", False), ("dkdv", True),

@@ -96,7 +96,7 @@ def test_worker_warps_by_target_lists_the_architectures_that_set_it():
 @pytest.mark.parametrize("path", sorted(tuned.TUNED_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_tuned_files_load_and_name_tuned_steps(path):
     arch = path.stem.removesuffix("-large-head-dims").removesuffix("-varlen") \
-        .removesuffix("-decode").removesuffix("-backward")
+        .removesuffix("-decode").removesuffix("-backward").removesuffix("-fp8")
     assert arch in PLATFORMS, f"{path.name} is for an architecture without an entry"
     loaded = tuned.load_tuned(arch)
     if path.stem.endswith("-backward"):
@@ -107,13 +107,14 @@ def test_tuned_files_load_and_name_tuned_steps(path):
         assert all(launch.tile_n >= 16 and launch.tile_n & (launch.tile_n - 1) == 0
                    for launch in loaded["decode"].values())
         return
-    if path.stem.endswith("-varlen"):  # the variable-length forward runs step 9's query tile
-        assert loaded["varlen_tuned"] == PLATFORMS[arch].varlen_tuned
-        assert {launch.step for launch in loaded["varlen_tuned"].values()} == {VARLEN_STEP}
+    # The variable-length and FP8 forwards run step 9's query tile.
+    field = {"-varlen": "varlen_tuned", "-fp8": "fp8_tuned"}.get(path.stem[len(arch):], "tuned")
+    assert loaded[field] == getattr(PLATFORMS[arch], field)
+    if field == "tuned":
+        assert loaded["tuned_note"]
     else:
-        assert loaded["tuned"] == PLATFORMS[arch].tuned and loaded["tuned_note"]
-    for (head_dim, causal), launch in loaded.get("varlen_tuned" if path.stem.endswith(
-            "-varlen") else "tuned", {}).items():
+        assert {launch.step for launch in loaded[field].values()} == {VARLEN_STEP}
+    for (head_dim, causal), launch in loaded[field].items():
         assert head_dim in STEPS[launch.step].head_dims and isinstance(causal, bool)
         assert STEPS[launch.step].launch == "tuned"
         for size in (launch.tiles.tile_m, launch.tiles.tile_n):

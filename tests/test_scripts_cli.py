@@ -9,6 +9,7 @@ import torch
 
 from cutile_fmha.assets import fmha_autotune as autotune
 from cutile_fmha.assets import fmha_backward_benchmark as backward
+from cutile_fmha.assets import fmha_fp8_benchmark as fp8
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
 from cutile_fmha.assets import fmha_varlen_benchmark as varlen
@@ -18,7 +19,8 @@ from cutile_fmha.steps import STEPS
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis.py",
            "assets/fmha_autotune.py", "assets/fmha_backward_benchmark.py",
-           "assets/fmha_llama_demo.py", "assets/fmha_varlen_benchmark.py"]
+           "assets/fmha_llama_demo.py", "assets/fmha_varlen_benchmark.py",
+           "assets/fmha_fp8_benchmark.py"]
 
 
 def test_tutorial_defaults_are_the_guides_configuration():
@@ -89,11 +91,28 @@ def test_autotune_past_head_dim_256_searches_steps_10_and_11_at_ffpas_shape(caps
 def test_autotune_searches_the_variable_length_forward_over_step_9s_candidates():
     args = autotune.parse_args(["--varlen", "--head-dim", "64", "128"])
     assert args.varlen and args.batch == 4
-    launches = autotune.candidates("sm_90", 128, varlen=True)
+    launches = autotune.candidates("sm_90", 128, "varlen")
     assert {launch.step for launch in launches} == {9}
     assert len(launches) == len(autotune.candidates("sm_90", 128)) // 3
     with pytest.raises(SystemExit):
         autotune.parse_args(["--varlen", "--head-dim", "512"])
+
+
+def test_autotune_searches_the_fp8_forward_over_its_own_space_with_256_key_tiles():
+    args = autotune.parse_args(["--fp8", "--dtype", "bfloat16"])
+    assert args.kernel == "fp8" and args.head_dim == [64, 128, 256]
+    launches = autotune.candidates("sm_90", 128, "fp8")
+    assert {launch.step for launch in launches} == {9}
+    assert {launch.tiles.tile_n for launch in launches} == {64, 128, 256}
+    for argv in (["--fp8", "--varlen"], ["--fp8", "--head-dim", "512"]):
+        with pytest.raises(SystemExit):
+            autotune.parse_args(argv)
+
+
+def test_fp8_benchmark_defaults():
+    args = fp8.parse_args([])
+    assert (args.batch, args.head_dims, args.seq_lens) == (4, [128, 256], [4096, 8192, 16384])
+    assert not args.no_fa4 and args.rounds == 3
 
 
 def test_autotune_searches_decode_tiles_occupancies_and_split_rules():

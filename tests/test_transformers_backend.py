@@ -43,7 +43,7 @@ def test_the_mask_it_registers_hands_over_padding_only():
 def test_the_mask_compiles_into_one_graph_and_still_refuses_other_masks():
     # generate() with a StaticCache compiles the decoding steps with fullgraph=True.
     from transformers.masking_utils import (and_masks, causal_mask_function,
-                                            sliding_window_causal_mask_function)
+                                            sliding_window_bidirectional_overlay)
 
     def mask_of(attention_mask, part):
         return backend.padding_mask(2, 1, 6, mask_function=and_masks(causal_mask_function, part),
@@ -53,19 +53,24 @@ def test_the_mask_compiles_into_one_graph_and_still_refuses_other_masks():
     left[1, :2] = False
     compiled = torch.compile(mask_of, fullgraph=True, backend="eager")
     assert torch.equal(compiled(left, causal_mask_function), left)
-    with pytest.raises(Exception, match="sliding_window_overlay"):
-        compiled(left, sliding_window_causal_mask_function(2))
+    with pytest.raises(Exception, match="sliding_window_bidirectional_overlay"):
+        compiled(left, sliding_window_bidirectional_overlay(2))
 
 
 def test_a_mask_with_holes_or_other_shapes_raises():
-    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+    from transformers.masking_utils import (causal_mask_function,
+                                            sliding_window_bidirectional_mask_function,
+                                            sliding_window_causal_mask_function)
 
     holes = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1]], dtype=torch.bool)
     with pytest.raises(ValueError, match="padding between real tokens"):
         backend.padding_mask(2, 4, 4, mask_function=causal_mask_function, attention_mask=holes)
     with pytest.raises(ValueError, match=r"supports causal or bidirectional .* also uses "
-                                         r"\['sliding_window_overlay"):
-        backend.padding_mask(2, 4, 4, mask_function=sliding_window_causal_mask_function(2))
+                                         r"\['sliding_window_bidirectional_overlay"):
+        backend.padding_mask(2, 4, 4, mask_function=sliding_window_bidirectional_mask_function(2))
+    # A causal sliding window's mask is the layer's sliding_window, which the kernels take.
+    assert backend.padding_mask(2, 4, 4, mask_function=sliding_window_causal_mask_function(2)) \
+        is None
     q = torch.zeros(1, 2, 4, 64)
     with pytest.raises(ValueError, match=r"got a mask of shape \(1, 1, 4, 4\)"):
         backend.attention_forward(torch.nn.Module(), q, q, q, torch.ones(1, 1, 4, 4))
@@ -93,7 +98,7 @@ def test_packed_sequences_from_positions():
     assert backend.packed_sequences_of_positions(positions.expand(2, -1), 9) is None
 
 
-@pytest.mark.parametrize("option,value", [("softcap", 30.0), ("sliding_window", 4096),
+@pytest.mark.parametrize("option,value", [("position_bias", torch.zeros(1)),
                                           ("output_attentions", True)])
 def test_options_it_cannot_honour_raise(option, value):
     q = torch.zeros(1, 2, 4, 64)
@@ -101,6 +106,37 @@ def test_options_it_cannot_honour_raise(option, value):
         backend.attention_forward(torch.nn.Module(), q, q, q, None, **{option: value})
     with pytest.raises(ValueError, match="no attention dropout"):
         backend.attention_forward(torch.nn.Module(), q, q, q, None, dropout=0.1)
+
+
+@pytest.mark.parametrize("option,value", [("softcap", 30.0), ("sliding_window", 4096),
+                                          ("s_aux", torch.zeros(2))])
+def test_variants_with_padding_or_packing_raise(option, value):
+    q = torch.zeros(1, 2, 4, 64)
+    with pytest.raises(ValueError, match=f"runs {option} on batches without padding or packed"):
+        backend.attention_forward(torch.nn.Module(), q, q, q, torch.ones(1, 4, dtype=torch.bool),
+                                  **{option: value})
+    with pytest.raises(ValueError, match=f"runs {option} on batches without padding or packed"):
+        backend.attention_forward(torch.nn.Module(), q, q, q, None, **{option: value},
+                                  cu_seq_lens_q=torch.tensor([0, 4]),
+                                  cu_seq_lens_k=torch.tensor([0, 4]), max_length_q=4,
+                                  max_length_k=4)
+
+
+def test_variants_take_transformers_window_as_the_keys_before_and_at_the_query(monkeypatch):
+    """transformers' sliding_window W: keys q - W + 1 .. q (its sliding_window_overlay),
+    flash-attn's window_size (W - 1, 0); softcap and s_aux as attention() takes them."""
+    seen = {}
+
+    def run_variants(query, key, value, sinks, causal, scale, with_lse, variants):
+        seen.update(causal=causal, variants=variants, sinks=sinks)
+        return query, None
+
+    monkeypatch.setattr(backend, "run_variants", run_variants)
+    q, sinks = torch.zeros(1, 2, 4, 64), torch.zeros(2)
+    backend.attention_forward(torch.nn.Module(), q, q, q, None, sliding_window=16, softcap=30.0,
+                              s_aux=sinks)
+    assert seen["causal"] == "bottom_right" and seen["sinks"] is sinks
+    assert seen["variants"].window == (15, 0) and seen["variants"].softcap == 30.0
 
 
 def tiny_llama(attn_implementation):

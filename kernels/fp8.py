@@ -1,0 +1,36 @@
+"""An FP8 forward: step 9's kernel on float8_e4m3fn Q, K and V, with dequantization factors.
+
+Hopper's tensor cores multiply float8 at twice the bfloat16 rate (QGMMA), and Q, K and V
+take half the bytes. Each input comes with float32 descale factors (FlashAttention-3's
+q_descale, k_descale, v_descale), per (batch, head) of Q and per (batch, K/V head) of K and
+V: the real values are the stored ones times the factor. Q K^T then only needs its scale multiplied by q_descale x k_descale, and
+the output by v_descale; the softmax is float32 as before. P, in [0, 1], is converted to
+e4m3 for the second product, which loses the probabilities below about 2^-10 of the row's
+largest (FlashAttention-3 does the same).
+
+A float8 warpgroup product needs both operands with their reduction dimension contiguous
+in shared memory. For Q K^T that is the usual layout (D contiguous in both). For P V the
+reduction runs over keys, so V must be stored transposed, (batch, kv_heads, D, N) with the
+keys contiguous: the caller's layout (``cutile_fmha.fp8.transpose_value`` makes it). The
+key loop is step 9's ``attend_query_tile``, whose FP8 constant loads V that way.
+"""
+
+import cuda.tile as ct
+
+from ..platforms import occupancy_by_target, worker_warps_by_target
+from .common import ConstBool, ConstInt
+from .step9_unmasked_loop import attend_query_tile
+
+
+@ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
+def fmha(Q, K, V, Out, Lse, QDescale, KDescale, VDescale, qk_scale: float, query_offset: int,
+         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+         CAUSAL: ConstBool, WRITE_LSE: ConstBool):
+    q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    if CAUSAL:
+        q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
+    descale = (batch, head // QUERY_GROUP)
+    scores_scale = qk_scale * ct.gather(QDescale, (batch, head)) * ct.gather(KDescale, descale)
+    attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, scores_scale, query_offset,
+                      TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, True,
+                      ct.gather(VDescale, descale), False, 0.0, False, 0, 0, False, Lse)

@@ -1,0 +1,83 @@
+"""The variants' launcher (kernels/variants.py): sliding window, logit softcap and
+attention sinks on step 9's loop, at step 9's launch for the head dim (its tiles and
+hints from the platform table), with only the variants asked for compiled in.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+from ..kernels import step9_unmasked_loop
+from ..kernels import variants as kernels
+from ..platforms import HEAD_DIMS, PlatformEntry, entry_for
+from .definitions import STEPS, step_of
+from .family import FORWARD_VARIANTS, forward_constants
+from .launcher import current_stream, device_facts, unused_lse, with_hints
+
+VARIANTS_STEP = step_of(step9_unmasked_loop).number
+VARIANT_HEAD_DIMS = HEAD_DIMS
+
+
+@dataclass(frozen=True)
+class Variants:
+    """What a call asks for beyond plain attention. window: (left, right) keys around the
+    diagonal, each None for unbounded, or None for no window; softcap: the cap, or None;
+    sinks: whether a per-head sink logit is given."""
+    window: tuple[int | None, int | None] | None = None
+    softcap: float | None = None
+    sinks: bool = False
+
+    def __bool__(self) -> bool:
+        return self.window is not None or self.softcap is not None or self.sinks
+
+    def constants(self) -> dict:
+        return {"SOFTCAP": self.softcap is not None, "WINDOW": self.window is not None,
+                "SINKS": self.sinks}
+
+
+def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
+                    write_lse: bool, variants: Variants) -> tuple[object, dict]:
+    """(kernel with step 9's hints, compile-time constants) at `entry`'s step 9 launch."""
+    tiles, hints = STEPS[VARIANTS_STEP].launch_config(entry, native=True, head_dim=head_dim,
+                                                      causal=causal)
+    constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
+                                  write_lse=write_lse) | variants.constants()
+    return with_hints(kernels.fmha, hints), constants
+
+
+@functools.cache
+def _device_variants_kernel(arch: str, head_dim: int, causal: bool, query_group: int,
+                            write_lse: bool, variants: Variants) -> tuple[object, dict]:
+    return variants_kernel(entry_for(arch), head_dim=head_dim, causal=causal,
+                           query_group=query_group, write_lse=write_lse, variants=variants)
+
+
+def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_lse: bool,
+                     variants: Variants, sinks: torch.Tensor | None = None,
+                     platform: PlatformEntry | None = None):
+    """(out, lse or None) of q (batch, heads, q_len, D) against k, v (batch, kv_heads,
+    k_len, D) with `variants`; query_offset: the causal diagonal's (None: not causal; the
+    window is then aligned top-left). sinks: float32 (heads,) when variants.sinks.
+    Arguments checked by the caller (cutile_fmha.dropin)."""
+    causal = query_offset is not None
+    shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
+                 write_lse=with_lse, variants=variants)
+    kernel, constants = variants_kernel(platform, **shape) if platform else \
+        _device_variants_kernel(device_facts(q.device)[0], **shape)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if with_lse else None
+    reach = q.shape[2] + k.shape[2]  # a window side of None: past every key
+    left, right = variants.window or (None, None)
+    values = {"Q": q, "K": k, "V": v, "Out": out,
+              "Lse": lse if with_lse else unused_lse(q.device),
+              "Sinks": sinks if sinks is not None else unused_lse(q.device).view(1),
+              "qk_scale": scale, "query_offset": query_offset or 0,
+              "softcap": variants.softcap or 1.0,
+              "window_left": reach if left is None else left,
+              "window_right": 0 if causal else reach if right is None else right,
+              **constants}
+    ct.launch(current_stream(q.device), FORWARD_VARIANTS.grid(values), kernel,
+              FORWARD_VARIANTS.arguments(values))
+    return out, lse

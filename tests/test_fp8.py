@@ -1,0 +1,123 @@
+"""The FP8 forward without a GPU: to_fp8's scaling and layout, attention_fp8's argument
+checks, the architectures it refuses, and the kernel's compile-only export (sm_90 at every
+head dim, one variant on each other architecture that has float8)."""
+
+import pytest
+import torch
+
+from cutile_fmha import attention_fp8, to_fp8
+from cutile_fmha.platforms import PLATFORMS
+from cutile_fmha.platforms.environment import find_compiler
+from cutile_fmha.steps.compile import compile_fp8
+from cutile_fmha.steps.fp8 import FIRST_FP8_ARCH, check_fp8_arch
+
+FP8 = torch.float8_e4m3fn
+
+
+def test_importable_from_the_package_root():
+    import cutile_fmha
+
+    assert cutile_fmha.attention_fp8 is attention_fp8 and cutile_fmha.to_fp8 is to_fp8
+    assert {"attention_fp8", "to_fp8"} <= set(cutile_fmha.__all__)
+
+
+def test_to_fp8_scales_each_head_to_the_float8_range():
+    x = torch.randn(2, 3, 50, 64) * torch.tensor([1.0, 10.0, 1e-3])[None, :, None, None]
+    x8, descale = to_fp8(x)
+    assert x8.dtype == FP8 and x8.shape == x.shape and descale.shape == (2, 3)
+    assert torch.allclose(x8.float().abs().amax(dim=(2, 3)), torch.full((2, 3), 448.0))
+    # e4m3 keeps 3 mantissa bits: each value within 1/16 of itself (or of the subnormals).
+    restored = x8.float() * descale[:, :, None, None]
+    assert ((restored - x).abs() <= x.abs() / 16 + descale[:, :, None, None] * 2 ** -9).all()
+
+
+def test_to_fp8_transposes_the_value_and_pads_its_keys_with_zeros():
+    v = torch.randn(1, 2, 37, 64)
+    v8_t, descale = to_fp8(v, transpose=True)
+    assert v8_t.shape == (1, 2, 64, 48) and v8_t.is_contiguous()
+    assert torch.equal(v8_t[..., :37].float(), to_fp8(v)[0].transpose(2, 3).float())
+    assert not v8_t[..., 37:].float().any()
+    assert torch.equal(descale, to_fp8(v)[1])
+
+
+def test_an_all_zero_head_gets_a_descale_of_one():
+    x8, descale = to_fp8(torch.zeros(1, 1, 4, 64))
+    assert descale.item() == 1.0 and not x8.float().any()
+
+
+def fp8_inputs(batch=2, heads=8, kv_heads=2, q_len=33, k_len=40, head_dim=128):
+    q8 = torch.randn(batch, heads, q_len, head_dim).to(FP8)
+    k8 = torch.randn(batch, kv_heads, k_len, head_dim).to(FP8)
+    v8_t = to_fp8(torch.randn(batch, kv_heads, k_len, head_dim), transpose=True)[0]
+    return q8, k8, v8_t
+
+
+def test_cpu_tensors_are_refused_last_with_the_device_named():
+    with pytest.raises(ValueError, match="query must be on a CUDA device"):
+        attention_fp8(*fp8_inputs())
+
+
+@pytest.mark.parametrize("change,error,message", [
+    (lambda q, k, v: (q.bfloat16(), k, v), TypeError,
+     "query must be torch.float8_e4m3fn .see to_fp8., got torch.bfloat16"),
+    (lambda q, k, v: (q, k.to(torch.float8_e5m2), v), TypeError, "key must be torch.float8_e4m3fn"),
+    (lambda q, k, v: (q[0], k, v), ValueError, "query must have 4 dimensions"),
+    (lambda q, k, v: (q, k, v.transpose(2, 3).contiguous()), ValueError,
+     r"value_t must be the value transposed, \(batch, kv_heads, D, k_len rounded up to 16\) = "
+     r"\(2, 2, 128, 48\)"),
+    (lambda q, k, v: (q[..., :96], k[..., :96], v[:, :, :96]), ValueError,
+     r"head dim \(last dimension of query\) must be one of \(64, 128, 256\), got 96"),
+    (lambda q, k, v: (q[:, :7], k, v), ValueError, "multiple of key's"),
+    (lambda q, k, v: (q[:1], k, v), ValueError, "key must be .* with query's batch 1"),
+    (lambda q, k, v: (q[:, :, :0], k, v), ValueError, "lengths must be at least 1"),
+    (lambda q, k, v: (q.transpose(2, 3).contiguous().transpose(2, 3), k, v), ValueError,
+     "query's last dimension must be contiguous"),
+])
+def test_tensors_are_checked(change, error, message):
+    with pytest.raises(error, match=message):
+        attention_fp8(*change(*fp8_inputs()))
+
+
+@pytest.mark.parametrize("options,error,message", [
+    (dict(q_descale=torch.ones(2, 2)), ValueError,
+     r"q_descale must be float32 \(batch, heads\) = \(2, 8\), got torch.float32 \(2, 2\)"),
+    (dict(k_descale=torch.ones(2, 8)), ValueError,
+     r"k_descale must be float32 \(batch, kv_heads\) = \(2, 2\), got torch.float32 \(2, 8\)"),
+    (dict(v_descale=torch.ones(2, 2, dtype=torch.float64)), ValueError, "v_descale must be float32"),
+    (dict(k_descale=1.0), TypeError, "k_descale must be a torch.Tensor or None, got float"),
+    (dict(is_causal=1), TypeError, "is_causal must be a bool"),
+    (dict(return_lse=None), TypeError, "return_lse must be a bool"),
+    (dict(scale=-1.0), ValueError, "scale must be a positive finite number"),
+])
+def test_options_are_checked(options, error, message):
+    with pytest.raises(error, match=message):
+        attention_fp8(*fp8_inputs(), **options)
+
+
+def test_architectures_without_float8_are_refused_by_name():
+    check_fp8_arch("sm_90")
+    check_fp8_arch("sm_121")
+    with pytest.raises(ValueError, match=f"needs a GPU of sm_{FIRST_FP8_ARCH} or newer.*sm_89"):
+        check_fp8_arch("sm_89")
+
+
+FP8_ARCHS = sorted(arch for arch in PLATFORMS if int(arch[3:]) >= FIRST_FP8_ARCH)
+# (causal, write_lse, query heads per K/V head), rotated through the cases.
+VARIANTS = [(True, False, 1), (False, True, 4), (True, True, 8)]
+
+
+def _compile_cases():
+    for index, head_dim in enumerate((64, 128, 256)):
+        yield "sm_90", head_dim, VARIANTS[index % len(VARIANTS)]
+    others = [arch for arch in FP8_ARCHS if arch != "sm_90"]
+    for index, arch in enumerate(others):
+        yield arch, 128, VARIANTS[index % len(VARIANTS)]
+
+
+@pytest.mark.skipif(find_compiler().path is None, reason="tileiras is not installed")
+@pytest.mark.parametrize("arch,head_dim,variant", list(_compile_cases()))
+def test_fp8_kernel_compiles(arch, head_dim, variant):
+    causal, write_lse, group = variant
+    cubin = compile_fp8(arch, head_dim=head_dim, causal=causal, write_lse=write_lse,
+                        query_group=group)
+    assert cubin[:4] == b"\x7fELF"

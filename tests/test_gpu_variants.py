@@ -1,0 +1,154 @@
+"""Sliding window, logit softcap and attention sinks on the GPU: attention() against a
+float64 reference, alone and combined, with GQA, both causal alignments, key and query
+lengths that are no tile multiple, and rows whose window holds no key.
+
+Where SDPA can express the case (a window is a boolean mask) the error must be within
+twice SDPA's own against the same reference; softcap and sinks it cannot express, and
+there the bound is a fixed fraction of the largest |output| (the decode tests' bound)."""
+
+import math
+
+import pytest
+import torch
+from torch.nn.attention.bias import causal_lower_right
+
+from cutile_fmha import attention, attention_with_lse
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 2e-2}  # of the largest |output|
+EPSILON = {torch.float16: 1e-3, torch.bfloat16: 4e-3}
+
+
+def visible(q_len, k_len, offset, causal, window, device):
+    """(q_len, k_len) bool: which keys each row sees; offset: the diagonal's."""
+    diagonal = torch.arange(q_len, device=device)[:, None] + offset
+    keys = torch.arange(k_len, device=device)[None, :]
+    seen = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    if causal:
+        seen &= keys <= diagonal
+    left, right = window
+    if left != -1:
+        seen &= keys >= diagonal - left
+    if right != -1 and not causal:
+        seen &= keys <= diagonal + right
+    return seen
+
+
+def reference(q, k, v, seen, scale, softcap=None, sinks=None):
+    """(out, lse) in float64."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(group, 1) for t in (k, v))
+    scores = q.double() @ k.transpose(-1, -2) * scale
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    scores = scores.masked_fill(~seen, -math.inf)
+    if sinks is not None:
+        sink = sinks.double()[None, :, None, None].expand(*scores.shape[:-1], 1)
+        lse = torch.logsumexp(torch.cat([scores, sink], -1), -1)
+    else:
+        lse = torch.logsumexp(scores, -1)
+    weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
+    return weights @ v, lse
+
+
+def inputs(batch, heads, kv_heads, q_len, k_len, head_dim, dtype, seed):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(batch, h, n, head_dim, generator=generator, device="cuda",
+                        dtype=DTYPES[dtype]) for h, n in ((heads, q_len), (kv_heads, k_len),
+                                                           (kv_heads, k_len))]
+
+
+CASES = [  # (causal, window, q_len, k_len): causal True top-left, "bottom_right", or False
+    (True, (100, -1), 777, 777), (True, (0, -1), 300, 300), (False, (64, 64), 500, 500),
+    (False, (-1, 17), 333, 333), (False, (40, 0), 200, 90), ("bottom_right", (128, -1), 150, 700),
+    (True, (256, -1), 1030, 1030), ("bottom_right", (5, -1), 400, 100),
+]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal,window,q_len,k_len", CASES)
+def test_sliding_window_matches_float64_within_twice_sdpas_error(head_dim, causal, window,
+                                                                  q_len, k_len):
+    dtype = "bfloat16" if head_dim == 128 else "float16"
+    q, k, v = inputs(2, 8, 2, q_len, k_len, head_dim, dtype, seed=q_len + k_len + head_dim)
+    offset = k_len - q_len if causal == "bottom_right" else 0
+    seen = visible(q_len, k_len, offset, bool(causal), window, q.device)
+    scale = head_dim ** -0.5
+    mask = causal_lower_right(q_len, k_len) if causal == "bottom_right" else None
+    out, lse = attention_with_lse(q, k, v, attn_mask=mask, is_causal=causal is True,
+                                  enable_gqa=True, window_size=window)
+    expected, expected_lse = reference(q, k, v, seen, scale)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=seen, enable_gqa=True).nan_to_num(0.0)  # rows seeing nothing: 0
+    error = (out.double() - expected).abs().max()
+    sdpa_error = (sdpa.double() - expected).abs().max()
+    assert error <= 2 * sdpa_error + EPSILON[q.dtype], (error, sdpa_error)
+    sees_none = ~seen.any(-1)
+    assert torch.equal(out[:, :, sees_none], torch.zeros_like(out[:, :, sees_none]))
+    assert torch.isneginf(lse[:, :, sees_none]).all()
+    finite = ~sees_none
+    assert torch.allclose(lse[:, :, finite].double(), expected_lse[:, :, finite], atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("case", ["softcap", "sinks", "softcap+window", "sinks+causal",
+                                  "all+gqa"])
+def test_softcap_and_sinks_match_float64(dtype, head_dim, case):
+    heads, kv_heads = (8, 2) if "gqa" in case else (4, 4)
+    q_len = k_len = 413
+    q, k, v = inputs(2, heads, kv_heads, q_len, k_len, head_dim, dtype, seed=head_dim)
+    q = q * 3  # scores of several units, so that a cap of 5 bites
+    causal = "causal" in case or "all" in case
+    window = (61, -1) if "window" in case or "all" in case else (-1, -1)
+    softcap = 5.0 if "softcap" in case or "all" in case else None
+    sinks = torch.randn(heads, device="cuda") * 2 if "sinks" in case or "all" in case else None
+    out, lse = attention_with_lse(q, k, v, is_causal=causal, enable_gqa=True,
+                                  window_size=window, softcap=softcap, sinks=sinks)
+    seen = visible(q_len, k_len, 0, causal, window, q.device)
+    expected, expected_lse = reference(q, k, v, seen, head_dim ** -0.5, softcap, sinks)
+    largest = expected.abs().max()
+    assert (out.double() - expected).abs().max() <= TOLERANCE[q.dtype] * largest
+    assert torch.allclose(lse.double(), expected_lse, atol=2e-3)
+    assert torch.equal(attention(q, k, v, is_causal=causal, enable_gqa=True,
+                                 window_size=window, softcap=softcap, sinks=sinks), out)
+
+
+def test_sinks_take_the_mass_of_rows_that_see_no_key():
+    q, k, v = inputs(1, 2, 2, 200, 64, 64, "float16", seed=5)
+    sinks = torch.tensor([0.5, -1.0], device="cuda")
+    out, lse = attention_with_lse(q, k, v, attn_mask=causal_lower_right(200, 64), sinks=sinks)
+    assert not out[:, :, :136].any()  # rows before the first key: all on the sink
+    assert torch.allclose(lse[0, :, :136], sinks[:, None].expand(2, 136))
+
+
+def test_a_window_wider_than_the_sequence_is_plain_attention():
+    q, k, v = inputs(1, 4, 4, 300, 300, 128, "bfloat16", seed=9)
+    assert torch.equal(attention(q, k, v, is_causal=True, window_size=(300, -1)),
+                       attention(q, k, v, is_causal=True, window_size=(1000, 0)))
+    plain = attention(q, k, v, is_causal=True)
+    assert (attention(q, k, v, is_causal=True, window_size=(300, -1)).float()
+            - plain.float()).abs().max() <= 1e-2
+
+
+def test_variants_refuse_gradients_until_their_backward_exists():
+    q, k, v = (t.requires_grad_() for t in inputs(1, 2, 2, 64, 64, 64, "float16", seed=1))
+    with pytest.raises(NotImplementedError, match="forward only"):
+        attention(q, k, v, softcap=10.0)
+    with torch.no_grad():
+        attention(q, k, v, softcap=10.0)
+
+
+def test_variants_compile_with_torch_compile():
+    q, k, v = inputs(1, 4, 2, 256, 256, 128, "bfloat16", seed=2)
+    sinks = torch.randn(4, device="cuda")
+
+    def layer(q, k, v):
+        return attention(q, k, v, is_causal=True, enable_gqa=True, window_size=(64, 0),
+                         softcap=20.0, sinks=sinks)
+
+    compiled = torch.compile(layer, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), layer(q, k, v))
