@@ -15,7 +15,7 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 from .steps.backward import attention_backward
 from .steps.launcher import (LaunchPlan, Names, _check_devices, build_plan, causal_query_offset,
                              softmax_scale, unused_lse)
-from .steps.variants import VARIANT_HEAD_DIMS, Variants, variants_forward
+from .steps.variants import VARIANT_HEAD_DIMS, Variants, refuse_gradients, variants_forward
 
 __all__ = ["attention", "attention_with_lse"]
 
@@ -208,7 +208,7 @@ def _check_variants(query, window_size, softcap, sinks) -> Variants:
                              f"{tuple(sinks.shape)}")
     variants = Variants(window=window, softcap=None if softcap is None else float(softcap),
                         sinks=sinks is not None)
-    if variants and query.shape[-1] not in VARIANT_HEAD_DIMS:
+    if variants.any and query.shape[-1] not in VARIANT_HEAD_DIMS:
         raise ValueError(f"window_size, softcap and sinks run head dims {VARIANT_HEAD_DIMS}, got "
                          f"{query.shape[-1]}")
     return variants
@@ -219,10 +219,11 @@ def _forward_variants(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                       sinks: torch.Tensor | None, causal: str, scale: float, with_lse: bool,
                       window_left: int, window_right: int, softcap: float
                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) with the variants (window sides -2: no window, -1: unbounded; softcap 0:
-    none), for torch.compile; forward only. lse is an empty tensor unless with_lse."""
+    """(out, lse) with the variants (``Variants.operator_arguments``), for torch.compile;
+    forward only. lse is an empty tensor unless with_lse."""
     out, lse = variants_launch(query, key, value, sinks, causal, scale, with_lse,
-                               _variants_of(window_left, window_right, softcap, sinks))
+                               Variants.of_operator_arguments(window_left, window_right,
+                                                              softcap, sinks))
     return out, lse if with_lse else out.new_empty(0, dtype=torch.float32)
 
 
@@ -230,15 +231,6 @@ def _forward_variants(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 def _(query, key, value, sinks, causal, scale, with_lse, window_left, window_right, softcap):
     lse_shape = query.shape[:-1] if with_lse else (0,)
     return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
-
-
-NO_WINDOW = -2
-
-
-def _variants_of(window_left: int, window_right: int, softcap: float, sinks) -> Variants:
-    window = None if window_left == NO_WINDOW else \
-        tuple(None if side == -1 else side for side in (window_left, window_right))
-    return Variants(window=window, softcap=softcap or None, sinks=sinks is not None)
 
 
 def variants_launch(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
@@ -250,21 +242,15 @@ def variants_launch(query, key, value, sinks, causal: str, scale: float, with_ls
     if sinks is not None:
         _check_devices([("query", query), ("sinks", sinks)])
     return variants_forward(query, key, value, query_offset=query_offset, scale=scale,
-                            with_lse=with_lse, variants=variants,
-                            sinks=None if sinks is None else sinks.float())
+                            with_lse=with_lse, variants=variants, sinks=sinks)
 
 
 def run_variants(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
                  variants: Variants):
-    if _needs_grad(query, key, value) or (sinks is not None and _needs_grad(sinks)):
-        raise NotImplementedError("window_size, softcap and sinks run forward only so far: "
-                                  "their backward is not built, so inputs that require grad "
-                                  "are refused (use torch.no_grad() for inference)")
+    refuse_gradients(query, key, value, sinks)
     if torch.compiler.is_compiling():
-        left, right = (NO_WINDOW, NO_WINDOW) if variants.window is None else \
-            tuple(-1 if side is None else side for side in variants.window)
-        out, lse = _forward_variants(query, key, value, sinks, causal, scale, with_lse, left,
-                                     right, variants.softcap or 0.0)
+        out, lse = _forward_variants(query, key, value, sinks, causal, scale, with_lse,
+                                     *variants.operator_arguments())
         return out, lse if with_lse else None
     return variants_launch(query, key, value, sinks, causal, scale, with_lse, variants)
 
@@ -319,7 +305,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     variants = _check_variants(query, window_size, softcap, sinks)
-    if variants:
+    if variants.any:
         return run_variants(query, key, value, sinks, causal, scale, False, variants)[0]
     return run_forward(query, key, value, causal, scale, False)[0]
 
@@ -336,7 +322,7 @@ def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     variants = _check_variants(query, window_size, softcap, sinks)
-    if variants:
+    if variants.any:
         return run_variants(query, key, value, sinks, causal, scale, True, variants)
     out, lse = run_forward(query, key, value, causal, scale, True)
     return out, lse.detach()

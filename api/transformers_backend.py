@@ -19,11 +19,12 @@ DECODE_MAX_QUERY new tokens, no gradient) run the decode kernel of
   transformers passes them (DataCollatorWithFlattening), else positions that restart at 0
   in ``position_ids``.
 Sliding windows (``sliding_window``: Mistral, Gemma 2/3, Qwen, gpt-oss), logit softcaps
-(``softcap``: Gemma 2) and attention sinks (``s_aux``: gpt-oss) run through ``attention()``'s
-window_size, softcap and sinks, on batches without padding or packing and without
-gradients (their backward is not built yet). Anything else (those with a padding mask or
-packed sequences, chunked attention, masks that open more than causal, a custom 4-D mask,
-a padding mask with holes) raises a ``ValueError`` rather than being ignored. transformers is an optional dependency (``pip install -e ".[transformers]"``).
+(``softcap``: Gemma 2) and attention sinks (``s_aux``: gpt-oss) run through the kernels'
+variants (``attention()``'s window_size, softcap and sinks; the variable-length kernel's
+for padded and packed batches, and for decoding steps, which the decode kernel does not
+take them in), without gradients (their backward is not built yet). Anything else
+(chunked attention, masks that open more than causal, a custom 4-D mask, a padding mask
+with holes) raises a ``ValueError`` rather than being ignored. transformers is an optional dependency (``pip install -e ".[transformers]"``).
 """
 
 import torch
@@ -31,6 +32,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from . import kvcache
 from .dropin import _check_variants, _needs_grad, run_forward, run_variants
+from .steps.variants import NO_VARIANTS
 from .steps.launcher import softmax_scale
 from .steps.varlen import SequenceBounds, packed_bounds
 from .varlen import varlen_attention
@@ -40,8 +42,6 @@ NAME = "cutile_fmha"
 RESERVED_NAMES = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
                   "flex_attention", "paged_attention")
 UNSUPPORTED_OPTIONS = ("position_bias",)
-# What transformers passes that attention()'s variants compute (kernels/variants.py).
-VARIANT_OPTIONS = ("sliding_window", "softcap", "s_aux")
 SUPPORTED_MASKS = "causal or bidirectional attention with a padding mask, or packed sequences"
 # Steps with at most this many new tokens per sequence go to the decode kernel
 # (cutile_fmha.kvcache) when no gradient is needed: it reads the cache once per K/V head.
@@ -215,18 +215,15 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     decode = (q_len <= DECODE_MAX_QUERY and query.shape[-1] in kvcache.HEAD_DIMS
               and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS
               and not _needs_grad(query, key, value))
-    variant = next((option for option in VARIANT_OPTIONS if kwargs.get(option) is not None),
-                   None)
-    if variant and (packed is not None or attention_mask is not None):
-        raise ValueError(f"cuTile FMHA runs {variant} on batches without padding or packed "
-                         f"sequences so far (the variable-length kernels do not take it): "
-                         f"use another attn_implementation for this batch")
+    variants, sinks = _layer_variants(query, is_causal, **kwargs)
+    decode = decode and not variants.any  # the decode kernel has no variants: varlen's has
     if packed is not None:
         if query.shape[0] != 1:
             raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
         cu_q, cu_k, max_q, max_k = packed
         out, _ = varlen_attention(query, key, value, packed_bounds(cu_q, cu_k), max_q,
-                                  max_k, causal=causal, scale=scaling)
+                                  max_k, causal=causal, scale=scaling, variants=variants,
+                                  sinks=sinks)
     elif attention_mask is not None:
         bounds = bounds_of_padding(attention_mask, q_len)
         if decode:  # the query rows are the newest tokens: real in every sequence
@@ -235,9 +232,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                                  is_causal=causal, scale=scaling)
         else:
             out, _ = varlen_attention(query, key, value, bounds, q_len, k_len, causal=causal,
-                                      scale=scaling, fill=0.0)
-    elif any(kwargs.get(option) is not None for option in VARIANT_OPTIONS):
-        out = _variants_forward(query, key, value, is_causal, scaling, **kwargs)
+                                      scale=scaling, fill=0.0, variants=variants, sinks=sinks)
+    elif variants.any:
+        out, _ = run_variants(query, key, value, sinks, "bottom_right" if is_causal else "none",
+                              softmax_scale(scaling, query.shape[-1]), False, variants)
     elif decode:
         out = kvcache.attention_with_kvcache(query, key, value, is_causal=causal, scale=scaling)
     else:
@@ -246,16 +244,14 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return out.transpose(1, 2).contiguous(), None
 
 
-def _variants_forward(query, key, value, is_causal: bool, scaling, *, sliding_window=None,
-                      softcap=None, s_aux=None, **_):
-    """A layer with transformers' sliding_window (the keys q - sliding_window + 1 .. q, as
-    its sliding_window_overlay), softcap or s_aux, without padding: attention()'s variants,
-    the causal diagonal at the last key (the newest tokens are the queries)."""
+def _layer_variants(query, is_causal: bool, *, sliding_window=None, softcap=None, s_aux=None,
+                    **_):
+    """(Variants, sinks) of a layer's transformers options: sliding_window W is the keys
+    q - W + 1 .. q (its sliding_window_overlay), flash-attn's window (W - 1, 0), aligned,
+    as the causal mask, to the last key (the newest tokens are the queries)."""
+    if sliding_window is None and softcap is None and s_aux is None:
+        return NO_VARIANTS, None
     window = (-1, -1)
     if sliding_window is not None:
         window = (sliding_window - 1, 0 if is_causal else sliding_window - 1)
-    scale = softmax_scale(scaling, query.shape[-1])
-    variants = _check_variants(query, window, softcap, s_aux)
-    out, _ = run_variants(query, key, value, s_aux, "bottom_right" if is_causal else "none",
-                          scale, False, variants)
-    return out
+    return _check_variants(query, window, softcap, s_aux), s_aux

@@ -9,9 +9,10 @@ both layouts).
 
 import torch
 
-from .dropin import _needs_grad, checked_once
+from .dropin import _check_variants, _needs_grad, checked_once
 from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
                              softmax_scale)
+from .steps.variants import NO_VARIANTS, Variants, refuse_gradients
 from .steps.varlen import SequenceBounds, packed_bounds, varlen_backward, varlen_forward
 
 __all__ = ["attention_varlen"]
@@ -23,18 +24,23 @@ __all__ = ["attention_varlen"]
 def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
              query_starts: torch.Tensor, query_ends: torch.Tensor, key_starts: torch.Tensor,
              key_ends: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-             scale: float, with_lse: bool, fill: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+             scale: float, with_lse: bool, fill: float | None, sinks: torch.Tensor | None,
+             window_left: int, window_right: int, softcap: float
+             ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); lse is an empty tensor unless with_lse. max_seqlen_k sizes the
-    backward's grid; `fill`: what rows outside every sequence hold (steps/varlen.py)."""
+    backward's grid; `fill`: what rows outside every sequence hold (steps/varlen.py); the
+    variants as ``Variants.operator_arguments`` gives them (forward only)."""
     bounds = SequenceBounds(query_starts, query_ends, key_starts, key_ends)
+    variants = Variants.of_operator_arguments(window_left, window_right, softcap, sinks)
     out, lse = varlen_forward(query, key, value, bounds, max_seqlen_q, causal=causal,
-                              scale=scale, with_lse=with_lse, fill=fill)
+                              scale=scale, with_lse=with_lse, fill=fill, variants=variants,
+                              sinks=sinks)
     return out, lse if with_lse else out.new_empty(0, dtype=torch.float32)
 
 
 @_forward.register_fake
 def _(query, key, value, query_starts, query_ends, key_starts, key_ends, max_seqlen_q,
-      max_seqlen_k, causal, scale, with_lse, fill):
+      max_seqlen_k, causal, scale, with_lse, fill, sinks, window_left, window_right, softcap):
     lse_shape = query.shape[:-1] if with_lse else (0,)
     return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
 
@@ -62,7 +68,7 @@ def _(grad_out, query, key, value, out, lse, query_starts, query_ends, key_start
 
 def _save_for_backward(ctx, inputs, output):
     (query, key, value, *bounds, max_seqlen_q, max_seqlen_k, causal, scale, with_lse,
-     fill) = inputs
+     fill, _sinks, _window_left, _window_right, _softcap) = inputs  # refuse_gradients: none
     if not with_lse:
         raise RuntimeError("cutile_fmha::varlen_forward ran without its LSE, which the "
                            "backward needs: call it with with_lse=True when inputs require grad")
@@ -74,7 +80,7 @@ def _save_for_backward(ctx, inputs, output):
 def _gradients(ctx, grad_out, _grad_lse):
     dq, dk, dv = _backward(grad_out, *ctx.saved_tensors, ctx.max_seqlen_q, ctx.max_seqlen_k,
                            ctx.causal, ctx.scale, ctx.fill)
-    return (dq, dk, dv) + (None,) * 10
+    return (dq, dk, dv) + (None,) * 14
 
 
 _forward.register_autograd(_gradients, setup_context=_save_for_backward)
@@ -119,7 +125,8 @@ def _check_packed(query, key, value) -> None:
 
 
 def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                     *, is_causal=False, scale=None, return_lse=False):
+                     *, is_causal=False, scale=None, return_lse=False, window_size=(-1, -1),
+                     softcap=None, sinks=None):
     """Attention over a batch of sequences of different lengths packed end to end, as
     flash-attn's ``flash_attn_varlen_func``.
 
@@ -142,16 +149,18 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         a query row that sees none, give zeros (LSE -inf).
     scale: softmax scale, default 1/sqrt(D). return_lse: also return the log-sum-exp,
         float32 (heads, total_q), natural log, as flash-attn returns it.
+    window_size, softcap, sinks: as ``attention`` takes them (D 64/128/256, forward only),
+        the window aligned to each sequence's last key as the causal mask is (flash-attn's).
 
     Returns out (total_q, heads, D), contiguous when query is, or (out, lse).
     Differentiable in query, key and value (autograd and torch.compile); the LSE is not.
     """
     arguments = (query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 is_causal, scale, return_lse)
+                 is_causal, scale, return_lse, window_size, softcap, sinks)
     if torch.compiler.is_compiling():
-        scale = _check(*arguments)
+        scale, variants = _check(*arguments)
     else:  # a model calls this per layer: the checks run once per shape key
-        scale = checked_once(_CHECKED, _check, arguments, tensors=5)
+        scale, variants = checked_once(_CHECKED, _check, arguments, tensors=5)
     # Where no gradient flows, one as_strided view per tensor (a view costs microseconds);
     # else transposes, whose backward is a transpose too (as_strided's copies the tensor).
     no_grad = not (torch.compiler.is_compiling() or _needs_grad(query, key, value))
@@ -167,7 +176,8 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     rows = [_one_batch_row(t) if no_grad else t.transpose(0, 1)[None]
             for t in (query, key, value)]
     out, lse = varlen_attention(*rows, bounds, max_seqlen_q, max_seqlen_k, causal=is_causal,
-                                scale=scale, with_lse=return_lse)
+                                scale=scale, with_lse=return_lse, variants=variants,
+                                sinks=sinks)
     out = out.as_strided(query.shape, (out.stride(2), out.stride(1), 1)) if no_grad else \
         out[0].transpose(0, 1)
     return (out, lse[0]) if return_lse else out
@@ -180,13 +190,14 @@ def _one_batch_row(t: torch.Tensor) -> torch.Tensor:
                         (tokens * t.stride(0), t.stride(1), t.stride(0), 1))
 
 
-# Shape key -> softmax scale, for arguments already checked.
-_CHECKED: dict[tuple, float] = {}
+# Shape key -> (softmax scale, variants), for arguments already checked.
+_CHECKED: dict[tuple, tuple[float, Variants]] = {}
 
 
 def _check(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-           is_causal, scale, return_lse) -> float:
-    """attention_varlen's arguments checked; the softmax scale."""
+           is_causal, scale, return_lse, window_size=(-1, -1), softcap=None,
+           sinks=None) -> tuple[float, Variants]:
+    """attention_varlen's arguments checked; the softmax scale and the variants."""
     _check_packed(query, key, value)
     _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, query)
     _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, query)
@@ -203,21 +214,30 @@ def _check(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     scale = softmax_scale(scale, query.shape[-1])
-    _check_devices([("query", query), ("key", key), ("value", value)])  # last: see launcher.py
-    return scale
+    # attention()'s checks, on the packed query's (1, heads, tokens, D) view.
+    variants = _check_variants(query.transpose(0, 1)[None], window_size, softcap, sinks)
+    named = [("query", query), ("key", key), ("value", value)]
+    _check_devices(named + ([("sinks", sinks)] if sinks is not None else []))  # last
+    return scale, variants
 
 
 def varlen_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: int,
                      max_seqlen_k: int, *, causal: bool, scale: float | None,
-                     with_lse: bool = False, fill: float | None = None):
+                     with_lse: bool = False, fill: float | None = None,
+                     variants: Variants = NO_VARIANTS, sinks: torch.Tensor | None = None):
     """The variable-length operator on (batch rows, heads, rows, D) tensors, checked as
     their producer (``attention_varlen``, the transformers backend) made them: (out, lse)
-    with lse None unless `with_lse`. Differentiable in query, key and value."""
+    with lse None unless `with_lse`. Differentiable in query, key and value, but with
+    `variants` (forward only)."""
     scale = softmax_scale(scale, query.shape[-1])
+    if variants.any:
+        refuse_gradients(query, key, value, sinks)
     if not (torch.compiler.is_compiling() or _needs_grad(query, key, value)):
         # The custom operator's work without its dispatch (it costs more than the launch).
         return varlen_forward(query, key, value, bounds, max_seqlen_q, causal=causal,
-                              scale=scale, with_lse=with_lse, fill=fill)
+                              scale=scale, with_lse=with_lse, fill=fill, variants=variants,
+                              sinks=sinks)
     out, lse = _forward(query, key, value, *bounds.tensors(), max_seqlen_q, max_seqlen_k, causal,
-                        scale, with_lse or _needs_grad(query, key, value), fill)
+                        scale, with_lse or _needs_grad(query, key, value), fill, sinks,
+                        *variants.operator_arguments())
     return out, (lse.detach() if with_lse else None)

@@ -85,21 +85,29 @@ def store_no_keys(Out, Lse, head, q_tile, out_slice, TILE_M: ConstInt, TILE_D: C
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
-def fmha(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds, qk_scale: float,
+def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
+         qk_scale: float, softcap: float, window_left: int, window_right: int,
          TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-         CAUSAL: ConstBool, WRITE_LSE: ConstBool):
+         CAUSAL: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool,
+         SINKS: ConstBool):
+    """Up to D=256: step 9's query tile, with the variants of kernels/variants.py (a
+    window aligned to each sequence's last key, as the causal mask)."""
     head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, Out, Lse, q_len, k_len = forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds,
                                                     KeyStarts, KeyEnds, sequence, WRITE_LSE)
     num_q_tiles = ct.cdiv(q_len, TILE_M)
+    no_keys = k_len == 0
+    if SINKS:  # every row's weight is its sink's: the key loop gives 0 and the sink's LSE
+        no_keys = k_len < 0
     for tile in range(ct.bid(0), num_q_tiles, ct.num_blocks(0)):
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first, as step 8
-        if k_len == 0:
+        if no_keys:
             store_no_keys(Out, Lse, head, q_tile, 0, TILE_M, TILE_D, TILE_D, WRITE_LSE)
         else:
             attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, qk_scale, k_len - q_len,
                               TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False,
-                              1.0, False, 0.0, False, 0, 0, False, Lse)
+                              1.0, SOFTCAP, softcap, WINDOW, window_left, window_right, SINKS,
+                              Sinks)
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())

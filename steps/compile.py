@@ -32,7 +32,7 @@ from .decode import DecodeShape, decode_plan
 from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, KernelFamily,
                      backward_constants, forward_constants)
 from .fp8 import fp8_kernel
-from .variants import Variants, variants_kernel
+from .variants import NO_VARIANTS, Variants, variants_kernel
 from .launcher import kernel_for
 from .varlen import VARLEN_BACKWARD_FAMILIES, forward_kernel
 
@@ -75,13 +75,15 @@ def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal:
 
 def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
                    write_lse: bool = False, query_group: int = 1,
-                   entry: PlatformEntry | None = None) -> bytes:
-    """The cubin of a variable-length kernel ("fmha" for the forward at any head dim, "dkdv"
-    or "dq", kernels/varlen.py) for `arch`, at the launch the launcher takes there."""
+                   entry: PlatformEntry | None = None,
+                   variants: Variants = NO_VARIANTS) -> bytes:
+    """The cubin of a variable-length kernel ("fmha" for the forward at any head dim, with
+    `variants` up to D=256; "dkdv" or "dq", kernels/varlen.py) for `arch`, at the launch the
+    launcher takes there."""
     if name == "fmha":
         kernel, family, constants = forward_kernel(entry or entry_for(arch), head_dim=head_dim,
                                                    causal=causal, query_group=query_group,
-                                                   write_lse=write_lse)
+                                                   write_lse=write_lse, variants=variants)
         return export_cubin(kernel, family, dtype=dtype, constants=constants, arch=arch)
     launch = backward_entry_for(arch).launches[head_dim][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,

@@ -242,7 +242,8 @@ DQ = KernelFamily(
 )
 
 
-FORWARD_VARLEN = _varlen(FORWARD, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))
+# Up to D=256 with the variants (FORWARD_VARIANTS's parameters).
+FORWARD_VARLEN = _varlen(FORWARD_VARIANTS, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))
 
 
 def _tiled_head_dim_varlen_grid(values: dict) -> tuple[int, int, int]:

@@ -29,12 +29,55 @@ class Variants:
     softcap: float | None = None
     sinks: bool = False
 
-    def __bool__(self) -> bool:
+    @property
+    def any(self) -> bool:
+        """Whether a variant is asked for (a property, not __bool__: dynamo traces
+        attribute reads, not the truth of a dataclass)."""
         return self.window is not None or self.softcap is not None or self.sinks
 
     def constants(self) -> dict:
         return {"SOFTCAP": self.softcap is not None, "WINDOW": self.window is not None,
                 "SINKS": self.sinks}
+
+    def operator_arguments(self) -> tuple[int, int, float]:
+        """(window_left, window_right, softcap) as the custom operators take them: sides
+        NO_WINDOW for no window and -1 for unbounded, softcap 0.0 for none (their schema
+        has no optional tuple); with the sinks tensor, ``of_operator_arguments`` undoes it."""
+        if self.window is None:
+            left = right = NO_WINDOW
+        else:
+            left, right = (-1 if side is None else side for side in self.window)
+        return left, right, self.softcap or 0.0
+
+    @classmethod
+    def of_operator_arguments(cls, window_left: int, window_right: int, softcap: float,
+                              sinks) -> "Variants":
+        window = None if window_left == NO_WINDOW else \
+            tuple(None if side == -1 else side for side in (window_left, window_right))
+        return cls(window=window, softcap=softcap or None, sinks=sinks is not None)
+
+    def values(self, *, q_rows: int, k_rows: int, causal: bool, sinks, device) -> dict:
+        """The kernels' run-time arguments of the variants (placeholders where off); a
+        window side of None reaches past every row of q_rows queries and k_rows keys."""
+        reach = q_rows + k_rows
+        left, right = self.window or (None, None)
+        return {"Sinks": sinks.float() if sinks is not None else unused_lse(device).view(1),
+                "softcap": self.softcap or 1.0,
+                "window_left": reach if left is None else left,
+                "window_right": 0 if causal else reach if right is None else right}
+
+
+NO_VARIANTS = Variants()
+NO_WINDOW = -2  # operator_arguments' window side for no window
+
+
+def refuse_gradients(*tensors) -> None:
+    """NotImplementedError where a gradient would flow through a variant: their backward
+    is not built yet."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise NotImplementedError("window_size, softcap and sinks run forward only so far: "
+                                  "their backward is not built, so inputs that require grad "
+                                  "are refused (use torch.no_grad() for inference)")
 
 
 def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
@@ -59,7 +102,7 @@ def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_ls
                      platform: PlatformEntry | None = None):
     """(out, lse or None) of q (batch, heads, q_len, D) against k, v (batch, kv_heads,
     k_len, D) with `variants`; query_offset: the causal diagonal's (None: not causal; the
-    window is then aligned top-left). sinks: float32 (heads,) when variants.sinks.
+    window is then aligned top-left). sinks: (heads,) when variants.sinks.
     Arguments checked by the caller (cutile_fmha.dropin)."""
     causal = query_offset is not None
     shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
@@ -68,16 +111,11 @@ def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_ls
         _device_variants_kernel(device_facts(q.device)[0], **shape)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if with_lse else None
-    reach = q.shape[2] + k.shape[2]  # a window side of None: past every key
-    left, right = variants.window or (None, None)
     values = {"Q": q, "K": k, "V": v, "Out": out,
-              "Lse": lse if with_lse else unused_lse(q.device),
-              "Sinks": sinks if sinks is not None else unused_lse(q.device).view(1),
-              "qk_scale": scale, "query_offset": query_offset or 0,
-              "softcap": variants.softcap or 1.0,
-              "window_left": reach if left is None else left,
-              "window_right": 0 if causal else reach if right is None else right,
-              **constants}
+              "Lse": lse if with_lse else unused_lse(q.device), "qk_scale": scale,
+              "query_offset": query_offset or 0, **constants,
+              **variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
+                                sinks=sinks, device=q.device)}
     ct.launch(current_stream(q.device), FORWARD_VARIANTS.grid(values), kernel,
               FORWARD_VARIANTS.arguments(values))
     return out, lse

@@ -22,6 +22,7 @@ from .definitions import STEPS, fastest_step, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      KernelFamily, forward_constants)
 from .launcher import current_stream, device_facts, unused_lse, with_hints
+from .variants import NO_VARIANTS, Variants
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
 # launch (tiles and hints per head dim, causal or not) it takes from the platform table.
@@ -31,10 +32,12 @@ RESIDENT_QUERY_STEP = step_of(step11_resident_query).number
 
 
 def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
-                   write_lse: bool) -> tuple[object, KernelFamily, dict]:
+                   write_lse: bool, variants: Variants = NO_VARIANTS
+                   ) -> tuple[object, KernelFamily, dict]:
     """(kernel with its hints, family, compile-time constants) of the variable-length
     forward with `entry`'s launch for this head dim, causal or not: the autotuner's for
-    the variable-length forward where it has run (``--varlen``), else the dense step's."""
+    the variable-length forward where it has run (``--varlen``), else the dense step's.
+    `variants`: up to D=256 (the caller checks the head dim)."""
     step = VARLEN_STEP if head_dim in HEAD_DIMS else fastest_step(entry, head_dim, causal)
     tuned = entry.varlen_tuned.get((head_dim, causal))
     tiles, hints = (tuned.tiles, tuned.hints()) if tuned else \
@@ -42,18 +45,19 @@ def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_g
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                   write_lse=write_lse)
     if head_dim in HEAD_DIMS:
-        return with_hints(kernels.fmha, hints), FORWARD_VARLEN, constants
+        return (with_hints(kernels.fmha, hints), FORWARD_VARLEN,
+                constants | variants.constants())
     return (with_hints(kernels.fmha_tiled_head_dim, hints), FORWARD_TILED_HEAD_DIM_VARLEN,
             constants | {"RESIDENT_QUERY": step == RESIDENT_QUERY_STEP})
 
 
 @functools.cache
 def _device_forward_kernel(arch: str, head_dim: int, causal: bool, query_group: int,
-                           write_lse: bool) -> tuple[object, KernelFamily, dict]:
+                           write_lse: bool, variants: Variants) -> tuple[object, KernelFamily, dict]:
     """forward_kernel with the table's entry for `arch`, once per launch shape: a decoding
     step calls it per layer and token."""
     return forward_kernel(entry_for(arch), head_dim=head_dim, causal=causal,
-                          query_group=query_group, write_lse=write_lse)
+                          query_group=query_group, write_lse=write_lse, variants=variants)
 
 
 @dataclass(frozen=True)
@@ -103,15 +107,18 @@ def _filled(t: torch.Tensor, fill: float | None) -> torch.Tensor:
 
 def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
                    scale: float, with_lse: bool, fill: float | None = None,
-                   platform: PlatformEntry | None = None):
+                   platform: PlatformEntry | None = None, variants: Variants = NO_VARIANTS,
+                   sinks: torch.Tensor | None = None):
     """(out, lse or None): each sequence's attention over its own keys. q (batch rows,
     heads, rows, D); k, v (batch rows, kv heads, rows, D); any strides with the last
     dimension contiguous; out has q's strides, lse is (batch rows, heads, rows) float32.
     Under `causal` each sequence's diagonal ends at its last key. Rows outside every
     sequence are left as they are, or `fill`ed (``_filled``). `platform`: another entry
-    than this GPU's (the autotuner's candidates)."""
+    than this GPU's (the autotuner's candidates). `variants` (up to D=256; sinks (heads,)
+    with variants.sinks): as kernels/variants.py, the window aligned to each sequence's last
+    key."""
     shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
-                 write_lse=with_lse)
+                 write_lse=with_lse, variants=variants)
     kernel, family, constants = forward_kernel(platform, **shape) if platform else \
         _device_forward_kernel(device_facts(q.device)[0], **shape)
     out = _filled(torch.empty_like(q), fill)
@@ -119,6 +126,9 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     values = {"Q": q, "K": k, "V": v, "Out": out,
               "Lse": lse if with_lse else unused_lse(q.device),
               **bounds.values(), "qk_scale": scale, **constants}
+    if family is FORWARD_VARLEN:
+        values |= variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
+                                  sinks=sinks, device=q.device)
     ct.launch(current_stream(q.device), family.grid(values | {"max_seqlen_q": max_seqlen_q}),
               kernel, family.arguments(values))
     return out, lse

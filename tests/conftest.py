@@ -64,8 +64,9 @@ def _alignment(causal: bool):
 
 
 def reference_varlen_forward(q, k, v, bounds, max_seqlen_q, *, causal, scale, with_lse,
-                             fill=None):
-    """steps.varlen.varlen_forward in float64, sequence by sequence."""
+                             fill=None, variants=None, sinks=None):
+    """steps.varlen.varlen_forward in float64, sequence by sequence (without variants)."""
+    assert variants is None or not variants.any, "the CPU stand-in computes plain attention only"
     out = torch.full_like(q, 0.0 if fill is None else fill)
     lse = torch.full(q.shape[:-1], 0.0 if fill is None else fill, dtype=torch.float32)
     for qb, rows, kb, keys in _sequences(q, k, bounds):

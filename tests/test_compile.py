@@ -194,3 +194,15 @@ def test_variants_kernel_compiles(arch, head_dim, variants, variant):
     cubin = compile_variants(arch, dtype=dtype, head_dim=head_dim, causal=causal,
                              variants=variants, write_lse=write_lse, query_group=group)
     assert cubin[:4] == b"\x7fELF"
+
+
+# The variable-length forward with the variants: each alone on sm_90, all of them on one
+# other architecture.
+@pytest.mark.parametrize("arch,variants,variant",
+                         [(FULL_GRID_ARCH, v, VARIANTS[i]) for i, v in enumerate(VARIANT_CASES)]
+                         + [(OTHER_ARCHS[0], VARIANT_CASES[-1], VARIANTS[1])])
+def test_variable_length_forward_compiles_with_the_variants(arch, variants, variant):
+    dtype, causal, write_lse, group = variant
+    cubin = compile_varlen("fmha", arch, dtype=dtype, head_dim=128, causal=causal,
+                           write_lse=write_lse, query_group=group, variants=variants)
+    assert cubin[:4] == b"\x7fELF"

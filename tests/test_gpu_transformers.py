@@ -164,3 +164,10 @@ def test_softcap_sliding_window_and_sink_models_give_eagers_logits(make):
     generations = [generate(model, tokens, torch.ones_like(tokens), 8) for model in (ours, eager)]
     compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
     assert compared["all_near_ties"], compared
+    # Left-padded prompts: the variable-length kernel with the variants, prefill and decoding.
+    padded, mask = tokens.clone(), torch.ones_like(tokens)
+    mask[1, :120] = 0
+    padded[1, :120] = 0
+    generations = [generate(model, padded, mask, 8) for model in (ours, eager)]
+    compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
+    assert compared["all_near_ties"], compared

@@ -152,3 +152,37 @@ def test_variants_compile_with_torch_compile():
 
     compiled = torch.compile(layer, fullgraph=True)
     assert torch.equal(compiled(q, k, v), layer(q, k, v))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("case", ["window", "softcap+sinks", "all"])
+def test_packed_sequences_take_the_variants_aligned_to_each_last_key(head_dim, causal, case):
+    """attention_varlen with lengths 0, 1, no tile multiple, more queries than keys and
+    fewer, each sequence against a float64 reference with its diagonal at its last key."""
+    from cutile_fmha import attention_varlen
+
+    q_lens, k_lens = [300, 0, 1, 77, 130, 64], [300, 5, 40, 0, 200, 30]
+    heads, kv_heads = 8, 2
+    generator = torch.Generator(device="cuda").manual_seed(head_dim + len(case))
+    q, k, v = (torch.randn(sum(lens), h, head_dim, generator=generator, device="cuda",
+                           dtype=torch.bfloat16)
+               for lens, h in ((q_lens, heads), (k_lens, kv_heads), (k_lens, kv_heads)))
+    window = (50, -1 if causal else 20) if case in ("window", "all") else (-1, -1)
+    softcap = 8.0 if "softcap" in case or case == "all" else None
+    sinks = torch.randn(heads, device="cuda") if "sinks" in case or case == "all" else None
+    cu_q, cu_k = (torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+                  for lens in (q_lens, k_lens))
+    out, lse = attention_varlen(q * 2, k, v, cu_q, cu_k, max(q_lens), max(k_lens),
+                                is_causal=causal, return_lse=True, window_size=window,
+                                softcap=softcap, sinks=sinks)
+    for s, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
+        if q_len == 0:
+            continue
+        rows, keys = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+        one = [t[part].transpose(0, 1)[None] for t, part in ((q * 2, rows), (k, keys), (v, keys))]
+        seen = visible(q_len, k_len, k_len - q_len, causal, window, q.device)
+        expected, expected_lse = reference(*one, seen, head_dim ** -0.5, softcap, sinks)
+        got = out[rows].transpose(0, 1)[None].double()
+        assert (got - expected).abs().max() <= TOLERANCE[q.dtype] * max(expected.abs().max(), 1), s
+        assert torch.allclose(lse[:, rows].double(), expected_lse[0], atol=2e-3), s

@@ -108,18 +108,32 @@ def test_options_it_cannot_honour_raise(option, value):
         backend.attention_forward(torch.nn.Module(), q, q, q, None, dropout=0.1)
 
 
-@pytest.mark.parametrize("option,value", [("softcap", 30.0), ("sliding_window", 4096),
-                                          ("s_aux", torch.zeros(2))])
-def test_variants_with_padding_or_packing_raise(option, value):
-    q = torch.zeros(1, 2, 4, 64)
-    with pytest.raises(ValueError, match=f"runs {option} on batches without padding or packed"):
-        backend.attention_forward(torch.nn.Module(), q, q, q, torch.ones(1, 4, dtype=torch.bool),
-                                  **{option: value})
-    with pytest.raises(ValueError, match=f"runs {option} on batches without padding or packed"):
-        backend.attention_forward(torch.nn.Module(), q, q, q, None, **{option: value},
+def test_padded_packed_and_decoding_batches_take_the_variants_to_the_varlen_kernel(monkeypatch):
+    """With a padding mask or packed sequences the variants go to the variable-length
+    kernel; so do decoding steps, which the decode kernel would take without them."""
+    calls = []
+
+    def varlen_attention(query, key, value, bounds, max_q, max_k, **options):
+        calls.append(options)
+        return query, None
+
+    monkeypatch.setattr(backend, "varlen_attention", varlen_attention)
+    monkeypatch.setattr(backend.kvcache, "attention_with_kvcache",
+                        lambda *args, **kwargs: pytest.fail("the decode kernel has no variants"))
+    sinks = torch.zeros(2)
+    q, k = torch.zeros(1, 2, 4, 64), torch.zeros(1, 2, 6, 64)
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    mask[0, 0] = False
+    with torch.no_grad():
+        backend.attention_forward(torch.nn.Module(), q, k, k, mask, sliding_window=3, s_aux=sinks)
+        backend.attention_forward(torch.nn.Module(), q[:, :, :1], k, k, mask, softcap=20.0)
+        backend.attention_forward(torch.nn.Module(), q, q, q, None, softcap=20.0,
                                   cu_seq_lens_q=torch.tensor([0, 4]),
                                   cu_seq_lens_k=torch.tensor([0, 4]), max_length_q=4,
                                   max_length_k=4)
+    assert [c["variants"].window for c in calls] == [(2, 0), None, None]
+    assert [c["variants"].softcap for c in calls] == [None, 20.0, 20.0]
+    assert calls[0]["sinks"] is sinks and calls[0]["variants"].sinks
 
 
 def test_variants_take_transformers_window_as_the_keys_before_and_at_the_query(monkeypatch):

@@ -141,3 +141,20 @@ def test_views_of_cu_seqlens_are_made_once_per_pair_of_tensors():
     assert packed_bounds(cu(), cu_k) is not bounds  # equal values, another tensor
     cu_q[1] = 6  # views: a change in place is seen
     assert bounds.query_ends[0] == 6 and bounds.query_starts[1] == 6
+
+
+@pytest.mark.parametrize("options,error,message", [
+    (dict(window_size=(3, -2)), ValueError, "window_size's sides must be -1"),
+    (dict(softcap=0.0), ValueError, "softcap must be a positive finite number"),
+    (dict(sinks=torch.zeros(3)), ValueError, r"sinks must be a floating-point tensor of one "
+                                             r"logit per query head, shape \(4,\)"),
+])
+def test_variants_are_checked_before_the_device(options, error, message):
+    with pytest.raises(error, match=message):
+        call(**options)
+
+
+def test_variants_run_head_dims_64_to_256():
+    q, k, v = packed(head_dim=320)
+    with pytest.raises(ValueError, match="window_size, softcap and sinks run head dims"):
+        attention_varlen(q, k, v, cu(), cu(), 8, 8, softcap=30.0)
