@@ -1,0 +1,286 @@
+"""Context-parallel (ring) attention over torch.distributed: one long sequence across ranks.
+
+    import torch.distributed as dist
+    from cutile_fmha.distributed import ring_attention, zigzag_shard, zigzag_unshard
+
+    q, k, v = (zigzag_shard(t, rank, world_size) for t in (query, key, value))  # (B, H, N/W, D)
+    out = ring_attention(q, k, v, is_causal=True)        # this rank's rows of the output
+    full = zigzag_unshard(gathered_outs)                  # from every rank's, in rank order
+
+Each rank holds 2·W-th chunks of the sequence's Q, K and V (W ranks): chunk r and chunk
+2W-1-r ("zigzag"), so that under a causal mask every rank has the same work. The K/V
+shards travel around the ring (P2P sends to the next rank, receives from the previous,
+through ``torch.distributed.batch_isend_irecv``), each arriving while the local kernel
+works on the one before; each rank merges its partial outputs with their log-sum-exps.
+The backward recomputes each block's probabilities from the global LSE and sends each K/V
+block's dK/dV accumulator around the ring with it, back to its owner.
+
+With the zigzag layout, a rank's step against the shard of rank `src` is (c = N / 2W):
+- src == rank: its own two chunks, causal (the local concatenation keeps their order);
+- src < rank: both its query chunks against src's first chunk, every key seen;
+- src > rank: its second query chunk against both of src's chunks, every key seen;
+so each step is 2c² query-key pairs. Without the mask every step is full attention.
+
+The local attention is pluggable (``LocalAttention``): the cuTile kernels by default
+(``attention_with_lse``'s forward and ``attention_backward``), or plain PyTorch
+(``TORCH_LOCAL``), which runs on a CPU with the gloo backend (the tests' stand-in).
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["ring_attention", "zigzag_shard", "zigzag_unshard", "merge_partials",
+           "LocalAttention", "TORCH_LOCAL", "CUTILE_LOCAL"]
+
+@dataclass(frozen=True)
+class LocalAttention:
+    """One rank's attention of (B, H, Nq, D) queries to (B, Hkv, Nk, D) keys and values.
+    forward(q, k, v, causal, scale) -> (out, lse float32 (B, H, Nq)); backward(q, k, v, out,
+    lse, grad_out, causal, scale) -> (dq, dk, dv), where out and lse may be the merged
+    (global) ones: the probabilities are rebuilt from lse, and Delta from out."""
+    forward: Callable
+    backward: Callable
+
+
+def _torch_forward(q, k, v, causal: bool, scale: float):
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, 1).to(torch.float32) for t in (k, v))
+    scores = q.to(torch.float32) @ k.transpose(-1, -2) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool,
+                                               device=q.device).triu(1), -math.inf)
+    lse = torch.logsumexp(scores, -1)
+    return (torch.exp(scores - lse[..., None]) @ v).to(q.dtype), lse
+
+
+def _torch_backward(q, k, v, out, lse, grad_out, causal: bool, scale: float):
+    group = q.shape[1] // k.shape[1]
+    q32, grad32 = q.to(torch.float32), grad_out.to(torch.float32)
+    k32, v32 = (t.repeat_interleave(group, 1).to(torch.float32) for t in (k, v))
+    scores = q32 @ k32.transpose(-1, -2) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool,
+                                               device=q.device).triu(1), -math.inf)
+    p = torch.exp(scores - lse[..., None])
+    delta = (out.to(torch.float32) * grad32).sum(-1, keepdim=True)
+    d_scores = p * (grad32 @ v32.transpose(-1, -2) - delta)
+    dq = d_scores @ k32 * scale
+    dk = d_scores.transpose(-1, -2) @ q32 * scale
+    dv = p.transpose(-1, -2) @ grad32
+
+    def per_kv_head(t):
+        return t.unflatten(1, (k.shape[1], group)).sum(2)
+    return dq.to(q.dtype), per_kv_head(dk).to(k.dtype), per_kv_head(dv).to(v.dtype)
+
+
+# Plain PyTorch (float32 math): any device, gloo included.
+TORCH_LOCAL = LocalAttention(_torch_forward, _torch_backward)
+
+
+def _cutile_forward(q, k, v, causal: bool, scale: float):
+    from .dropin import CAUSAL_NAMES, forward_launch
+    with torch.no_grad():
+        return forward_launch(q, k, v, CAUSAL_NAMES[causal], scale, True)
+
+
+def _cutile_backward(q, k, v, out, lse, grad_out, causal: bool, scale: float):
+    from .steps.backward import attention_backward
+    return attention_backward(q, k, v, out, lse, grad_out, causal=causal, scale=scale)
+
+
+# The cuTile kernels: the forward with its LSE, the backward (D 64/128/256).
+CUTILE_LOCAL = LocalAttention(_cutile_forward, _cutile_backward)
+
+
+def zigzag_shard(x: torch.Tensor, rank: int, world_size: int, dim: int = 2) -> torch.Tensor:
+    """Rank `rank`'s shard of `x` along `dim` (the sequence): of its 2·world_size equal
+    chunks, chunk rank and chunk 2·world_size-1-rank, concatenated (contiguous)."""
+    _check_world(rank, world_size)
+    length = x.shape[dim]
+    if length % (2 * world_size):
+        raise ValueError(f"the sequence length (dimension {dim}, {length}) must be divisible "
+                         f"by 2 x world_size = {2 * world_size}: each rank holds two equal "
+                         f"chunks")
+    chunks = x.chunk(2 * world_size, dim)
+    return torch.cat([chunks[rank], chunks[2 * world_size - 1 - rank]], dim).contiguous()
+
+
+def zigzag_unshard(shards: list[torch.Tensor], dim: int = 2) -> torch.Tensor:
+    """The full sequence from every rank's ``zigzag_shard``, in rank order."""
+    if not shards or any(s.shape != shards[0].shape for s in shards):
+        raise ValueError(f"shards must be one per rank, all of one shape, got shapes "
+                         f"{[tuple(s.shape) for s in shards]}")
+    world_size = len(shards)
+    if shards[0].shape[dim] % 2:
+        raise ValueError(f"a zigzag shard holds two equal chunks along dimension {dim}, got "
+                         f"length {shards[0].shape[dim]}")
+    halves = [s.chunk(2, dim) for s in shards]
+    ordered = [halves[r][0] for r in range(world_size)] + \
+        [halves[r][1] for r in reversed(range(world_size))]
+    return torch.cat(ordered, dim)
+
+
+def merge_partials(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
+                   block_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two attentions of the same queries to disjoint key sets, as one: out (float32) and
+    lse (float32, -inf for rows that saw nothing yet) merged with a block's. Returns the
+    new (out, lse); rows that see nothing in either stay 0 and -inf."""
+    new_lse = torch.logaddexp(lse, block_lse)
+    finite = torch.isfinite(new_lse)
+    safe = torch.where(finite, new_lse, 0.0)
+    weight = torch.where(finite, torch.exp(lse - safe), 0.0)[..., None]
+    block_weight = torch.where(finite, torch.exp(block_lse - safe), 0.0)[..., None]
+    return out * weight + block_out.to(torch.float32) * block_weight, new_lse
+
+
+def _check_world(rank: int, world_size: int) -> None:
+    if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int)
+            and 0 <= rank < world_size):
+        raise ValueError(f"rank must be in [0, world_size), got rank {rank!r}, world_size "
+                         f"{world_size!r}")
+
+
+def _check(q, k, v, world_size: int) -> None:
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be this rank's shard, (batch, heads, shard length, "
+                             f"D), got {getattr(t, 'shape', type(t).__name__)}")
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"key and value must be one shape, with query's batch and head dim, "
+                         f"got query {tuple(q.shape)}, key {tuple(k.shape)}, value "
+                         f"{tuple(v.shape)}")
+    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"query's heads must be a multiple of key's (grouped-query "
+                         f"attention), got {q.shape[1]} and {k.shape[1]}")
+    if q.shape[2] != k.shape[2] or q.shape[2] % 2 or q.shape[2] == 0:
+        raise ValueError(f"query, key and value shards must be zigzag_shard's: one even, "
+                         f"non-zero length (two equal chunks of one sequence), got "
+                         f"{q.shape[2]} query and {k.shape[2]} key rows")
+
+
+def _ring_exchange(tensors: list[torch.Tensor], group, rank: int, world_size: int):
+    """Starts sending `tensors` to the next rank and receiving as many from the previous
+    one; returns (the receive buffers, the requests to wait on). Alone in the ring, what
+    it would send is what it receives."""
+    if world_size == 1:
+        return list(tensors), []
+    received = [torch.empty_like(t) for t in tensors]
+    to_next = dist.get_global_rank(group, (rank + 1) % world_size) if group else \
+        (rank + 1) % world_size
+    from_previous = dist.get_global_rank(group, (rank - 1) % world_size) if group else \
+        (rank - 1) % world_size
+    ops = [dist.P2POp(dist.isend, t, to_next, group) for t in tensors] + \
+        [dist.P2POp(dist.irecv, t, from_previous, group) for t in received]
+    return received, dist.batch_isend_irecv(ops)
+
+
+def _step_blocks(rank: int, source: int, causal: bool, length: int):
+    """(query rows, key rows, causal) of this rank's step against `source`'s shard, as
+    slices of the local rows (see the module's docstring), or None where it sees none."""
+    half = length // 2
+    every = slice(0, length)
+    if not causal:
+        return every, every, False
+    if source == rank:
+        return every, every, True
+    if source < rank:
+        return every, slice(0, half), False
+    return slice(half, length), every, False
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, group, causal, scale, local):
+        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+        out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        lse = torch.full(q.shape[:-1], -math.inf, dtype=torch.float32, device=q.device)
+        block = [k.contiguous(), v.contiguous()]  # what P2P sends must be contiguous
+        for step in range(world_size):
+            requests = []
+            if step < world_size - 1:  # the next block arrives while this one computes
+                incoming, requests = _ring_exchange(block, group, rank, world_size)
+            rows, keys, block_causal = _step_blocks(rank, (rank - step) % world_size, causal,
+                                                    q.shape[2])
+            block_out, block_lse = local.forward(q[:, :, rows], block[0][:, :, keys],
+                                                 block[1][:, :, keys], block_causal, scale)
+            out[:, :, rows], lse[:, :, rows] = merge_partials(
+                out[:, :, rows], lse[:, :, rows], block_out, block_lse)
+            for request in requests:
+                request.wait()
+            if requests:
+                block = incoming
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.group, ctx.causal, ctx.scale, ctx.local = group, causal, scale, local
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        group, causal, scale, local = ctx.group, ctx.causal, ctx.scale, ctx.local
+        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+        grad_out = grad_out.contiguous()
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        block = [k.contiguous(), v.contiguous()]
+        # The accumulator of the block this rank holds: its dK/dV from the ranks before.
+        accumulator = None
+        for step in range(world_size):
+            requests = []
+            if step < world_size - 1:
+                incoming, requests = _ring_exchange(block, group, rank, world_size)
+            rows, keys, block_causal = _step_blocks(rank, (rank - step) % world_size, causal,
+                                                    q.shape[2])
+            block_dq, block_dk, block_dv = local.backward(
+                q[:, :, rows], block[0][:, :, keys], block[1][:, :, keys], out[:, :, rows],
+                lse[:, :, rows].contiguous(), grad_out[:, :, rows], block_causal, scale)
+            dq[:, :, rows] += block_dq.to(torch.float32)
+            contribution = torch.zeros((2,) + k.shape, dtype=torch.float32, device=k.device)
+            contribution[0][:, :, keys] = block_dk.to(torch.float32)
+            contribution[1][:, :, keys] = block_dv.to(torch.float32)
+            if accumulator is not None:
+                for request in accumulator[1]:
+                    request.wait()
+                contribution += accumulator[0][0]
+            # On to the next rank, which holds this block next (or, after the last step, owns it).
+            received, sent = _ring_exchange([contribution], group, rank, world_size)
+            accumulator = (received, sent)
+            for request in requests:
+                request.wait()
+            if requests:
+                block = incoming
+        for request in accumulator[1]:
+            request.wait()
+        dk, dv = accumulator[0][0]
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
+
+
+def ring_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *,
+                   group=None, is_causal: bool = False, scale: float | None = None,
+                   return_lse: bool = False, local: LocalAttention | None = None):
+    """Attention of one sequence sharded across the ranks of `group` (default: the world),
+    each rank passing its ``zigzag_shard`` of query (B, H, N/W, D), key and value (B, Hkv,
+    N/W, D); returns this rank's rows of the output (its zigzag shard of the full
+    attention's), and with return_lse their log-sum-exp (float32 (B, H, N/W)).
+
+    is_causal: the causal mask of the full sequence (SDPA's). scale: default 1/sqrt(D).
+    local: the per-rank attention, the cuTile kernels (CUTILE_LOCAL) by default. The
+    sequence length must be divisible by 2 x world_size (zigzag_shard checks it); every
+    rank must pass shards of one shape. Differentiable in query, key and value (the
+    backward sends dK/dV around the ring); the LSE is not.
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("ring_attention needs torch.distributed initialised "
+                           "(dist.init_process_group), one process per rank")
+    _check(query, key, value, dist.get_world_size(group))
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    if scale is None:
+        scale = query.shape[-1] ** -0.5
+    out, lse = _RingAttention.apply(query, key, value, group, is_causal, float(scale),
+                                    local or CUTILE_LOCAL)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,29 @@
+"""Context-parallel attention on GPUs: tests/ring_worker.py --gpu, one rank per GPU over
+NCCL with the cuTile kernels, against single-GPU attention() and its backward on the whole
+sequence (forward, LSE, gradients; causal and not; grouped-query heads)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")]
+
+WORKER = Path(__file__).with_name("ring_worker.py")
+# The device notes' settings for NCCL on these hosts (NVLink multicast off).
+NCCL_ENVIRONMENT = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                    "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def test_the_ring_over_nccl_matches_one_gpu():
+    processes = torch.cuda.device_count()
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={processes}", str(WORKER), "--gpu"],
+                          capture_output=True, text=True, timeout=600,
+                          env=os.environ | NCCL_ENVIRONMENT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count(": ok") == processes
