@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis.py",
            "assets/fmha_autotune.py", "assets/fmha_backward_benchmark.py",
            "assets/fmha_llama_demo.py", "assets/fmha_varlen_benchmark.py",
-           "assets/fmha_fp8_benchmark.py"]
+           "assets/fmha_fp8_benchmark.py", "assets/fmha_variants_benchmark.py",
+           "assets/fmha_context_parallel_benchmark.py"]
 
 
 def test_tutorial_defaults_are_the_guides_configuration():
@@ -107,6 +108,16 @@ def test_autotune_searches_the_fp8_forward_over_its_own_space_with_256_key_tiles
     for argv in (["--fp8", "--varlen"], ["--fp8", "--head-dim", "512"]):
         with pytest.raises(SystemExit):
             autotune.parse_args(argv)
+
+
+def test_context_parallel_benchmark_defaults_are_the_issues_shapes():
+    from cutile_fmha.assets import fmha_context_parallel_benchmark as cp
+
+    args = cp.parse_args([])
+    assert (args.batch, args.heads, args.head_dim, args.dtype) == (1, 32, 128, "bfloat16")
+    assert args.seq_lens == [32768, 65536, 131072, 262144] and args.masks == ["causal", "full"]
+    with pytest.raises(SystemExit):
+        cp.parse_args(["--heads", "32", "--kv-heads", "5"])
 
 
 def test_fp8_benchmark_defaults():
