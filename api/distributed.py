@@ -162,6 +162,28 @@ def _check(q, k, v, world_size: int) -> None:
                          f"{q.shape[2]} query and {k.shape[2]} key rows")
 
 
+# (group, the local shapes) already found equal on every rank of the group.
+_SAME_ON_EVERY_RANK: set[tuple] = set()
+
+
+def _check_ranks_agree(q, k, v, group) -> None:
+    """A clear error on every rank where the ranks' shards differ in shape or dtype (P2P
+    transfers of mismatched buffers would fail or hang), looked up across the ranks once per
+    group and local shapes (a host synchronisation then, none after)."""
+    local = (tuple(q.shape), tuple(k.shape), tuple(v.shape), str(q.dtype))
+    key = (id(group), local)
+    if key in _SAME_ON_EVERY_RANK:
+        return
+    every = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, local, group=group)
+    if any(shapes != local for shapes in every):
+        listed = "; ".join(f"rank {r}: query {s[0]}, key {s[1]}, {s[3]}"
+                           for r, s in enumerate(every))
+        raise ValueError(f"every rank must pass shards of one shape and dtype (zigzag_shard of "
+                         f"one sequence), got {listed}")
+    _SAME_ON_EVERY_RANK.add(key)
+
+
 def _ring_exchange(tensors: list[torch.Tensor], group, rank: int, world_size: int):
     """Starts sending `tensors` to the next rank and receiving as many from the previous
     one; returns (the receive buffers, the requests to wait on). Alone in the ring, what
@@ -270,13 +292,15 @@ def ring_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     is_causal: the causal mask of the full sequence (SDPA's). scale: default 1/sqrt(D).
     local: the per-rank attention, the cuTile kernels (CUTILE_LOCAL) by default. The
     sequence length must be divisible by 2 x world_size (zigzag_shard checks it); every
-    rank must pass shards of one shape. Differentiable in query, key and value (the
+    rank must pass shards of one shape and dtype (checked across the ranks the first time
+    a shape is seen: a ValueError on every rank). Differentiable in query, key and value (the
     backward sends dK/dV around the ring); the LSE is not.
     """
     if not dist.is_initialized():
         raise RuntimeError("ring_attention needs torch.distributed initialised "
                            "(dist.init_process_group), one process per rank")
     _check(query, key, value, dist.get_world_size(group))
+    _check_ranks_agree(query, key, value, group)
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     if scale is None:

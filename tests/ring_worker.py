@@ -77,6 +77,15 @@ def main() -> int:
         whole = zigzag_unshard(gathered).double() - out.detach().double()
         if whole.abs().max() > tolerance * max(out.detach().abs().max().item(), 1.0):
             failures.append(f"rank {rank} causal={causal}: unsharded output differs")
+    if world > 1:  # shards of different lengths: the same clear error on every rank
+        mismatched = torch.zeros(batch, heads, 2 * chunk + 2 * rank, head_dim, dtype=dtype,
+                                 device=device)
+        try:
+            ring_attention(mismatched, mismatched, mismatched, local=local)
+            failures.append(f"rank {rank}: shards of different shapes were not refused")
+        except ValueError as error:
+            if "every rank must pass shards of one shape" not in str(error):
+                failures.append(f"rank {rank}: unexpected error {error}")
     dist.destroy_process_group()
     print("\n".join(failures) or f"rank {rank}: ok", flush=True)
     return 1 if failures else 0
