@@ -247,6 +247,8 @@ def variants_launch(query, key, value, sinks, causal: str, scale: float, with_ls
 
 def run_variants(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
                  variants: Variants):
+    """(out, lse or None) with `variants`: through the custom operator under
+    torch.compile, else straight to the launch; forward only."""
     refuse_gradients(query, key, value, sinks)
     if torch.compiler.is_compiling():
         out, lse = _forward_variants(query, key, value, sinks, causal, scale, with_lse,
