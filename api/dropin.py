@@ -114,21 +114,27 @@ def checked_once(checked: dict, check, arguments: tuple, tensors: int):
 _PLANS: dict[tuple, LaunchPlan] = {}
 
 
-def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool,
-                   check_only: bool = False):
-    """(out, lse or None): the forward's launch, planned (and so checked) once per shape
-    key. What the custom operator runs, and what eager calls run without its dispatch.
-    `check_only`: plan (check) without launching; returns None."""
+def plan_for(query, key, value, causal: str, scale: float, with_lse: bool
+             ) -> tuple[LaunchPlan, bool]:
+    """(the plan of this shape key, whether it was made now and so still holds this call's
+    tensors): made, and the arguments checked, once per key."""
     shape_key = (tensor_key(query), tensor_key(key), tensor_key(value), causal, scale, with_lse)
     plan = _PLANS.get(shape_key)
-    if plan is None:
-        plan = build_plan(query, key, value, causal=_launcher_causal(causal), scale=scale,
-                          step="fastest", platform=None, out=None, with_lse=with_lse,
-                          names=SDPA_NAMES)
-        _PLANS[shape_key] = plan.without_tensors()
-        return None if check_only else (plan.launch(), plan.lse)
-    if check_only:
-        return None
+    if plan is not None:
+        return plan, False
+    plan = build_plan(query, key, value, causal=_launcher_causal(causal), scale=scale,
+                      step="fastest", platform=None, out=None, with_lse=with_lse,
+                      names=SDPA_NAMES)
+    _PLANS[shape_key] = plan.without_tensors()
+    return plan, True
+
+
+def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool):
+    """(out, lse or None): the forward's launch, planned (and so checked) once per shape
+    key. What the custom operator runs, and what eager calls run without its dispatch."""
+    plan, made_now = plan_for(query, key, value, causal, scale, with_lse)
+    if made_now:
+        return plan.launch(), plan.lse
     out = torch.empty_like(query, memory_format=torch.contiguous_format)
     lse = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device) \
         if with_lse else unused_lse(query.device)
@@ -237,7 +243,7 @@ def variants_launch(query, key, value, sinks, causal: str, scale: float, with_ls
                     variants: Variants):
     """(out, lse or None) of the variants' kernel, after the shape checks of a plain call's
     plan (made once per shape key)."""
-    forward_launch(query, key, value, causal, scale, with_lse, check_only=True)
+    plan_for(query, key, value, causal, scale, with_lse)
     query_offset = causal_query_offset(_launcher_causal(causal), query.shape[2], key.shape[2])
     if sinks is not None:
         _check_devices([("query", query), ("sinks", sinks)])

@@ -2,6 +2,8 @@
 
     pip install -e ".[transformers]"
     python assets/fmha_llama_demo.py
+    python assets/fmha_llama_demo.py --architecture gemma2    # softcap, sliding windows
+    python assets/fmha_llama_demo.py --architecture gpt-oss   # sinks, sliding windows
 
 Builds a Llama-architecture model from a config with random weights (nothing is
 downloaded), registers cuTile FMHA as ``attn_implementation="cutile_fmha"``, and:
@@ -18,6 +20,13 @@ downloaded), registers cuTile FMHA as ``attn_implementation="cutile_fmha"``, and
    must be a near-tie in SDPA's logits (within --logit-tolerance of the best).
 Exits non-zero when logits differ by more than --logit-tolerance (relative to the largest
 logit), the loss does not go down, or generate() differs other than at a near-tie.
+
+--architecture gemma2 builds a Gemma-2-like model instead (logit softcap --softcap, a
+sliding window of --sliding-window tokens on every other layer), gpt-oss a gpt-oss-like one
+(a learnable sink per head, drawn at random, sliding windows on every other layer; two
+experts, both used by every token, so that no router near-tie flips a token's experts).
+Their reference is transformers' eager attention, and they run 1, 2 and 5 only: the
+variants' backward is not built yet.
 """
 
 import argparse
@@ -31,6 +40,8 @@ import torch
 from cutile_fmha.assets import measure
 
 SDPA = "sdpa"
+OURS = "cutile_fmha"
+ARCHITECTURES = ("llama", "gemma2", "gpt-oss")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -48,6 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(measure.DTYPES))
     parser.add_argument("--logit-tolerance", type=float, default=2e-2,
                         help="largest |logit difference| allowed, over the largest |logit|")
+    parser.add_argument("--architecture", default="llama", choices=ARCHITECTURES)
+    parser.add_argument("--sliding-window", type=measure.positive_int, default=512,
+                        help="gemma2 and gpt-oss: the sliding layers' window, in tokens")
+    parser.add_argument("--softcap", type=float, default=50.0,
+                        help="gemma2: the attention logits' softcap")
     args = parser.parse_args(argv)
     if args.hidden_size % args.heads or args.heads % args.kv_heads:
         parser.error("--heads must divide --hidden-size, and --kv-heads --heads")
@@ -56,26 +72,53 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def reference_of(args) -> str:
+    """The attention implementation ours is compared with: SDPA for the Llama, eager for
+    the models whose softcap or sinks SDPA does not take."""
+    return SDPA if args.architecture == "llama" else "eager"
+
+
+def model_config(args):
+    """A transformers config of --architecture's model at the demo's sizes."""
+    from transformers import Gemma2Config, GptOssConfig, LlamaConfig
+
+    common = dict(vocab_size=args.vocab_size, hidden_size=args.hidden_size,
+                  num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                  num_key_value_heads=args.kv_heads,
+                  max_position_embeddings=max(args.seq_len + args.new_tokens, 128))
+    head_dim = args.hidden_size // args.heads
+    if args.architecture == "gemma2":
+        return Gemma2Config(**common, intermediate_size=4 * args.hidden_size, head_dim=head_dim,
+                            sliding_window=args.sliding_window,
+                            attn_logit_softcapping=args.softcap, final_logit_softcapping=None,
+                            query_pre_attn_scalar=head_dim)
+    if args.architecture == "gpt-oss":
+        return GptOssConfig(**common, intermediate_size=args.hidden_size, head_dim=head_dim,
+                            num_local_experts=2, num_experts_per_tok=2,
+                            sliding_window=args.sliding_window)
+    return LlamaConfig(**common, intermediate_size=4 * args.hidden_size)
+
+
 def build_models(args, device, dtype):
-    """(ours, sdpa): one random Llama, the same weights, two attention implementations."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    """(ours, reference): one random model of --architecture, the same weights, two
+    attention implementations."""
+    from transformers import AutoModelForCausalLM
 
     from cutile_fmha.transformers_backend import register
 
     def model(attn_implementation):
         # a config each: from_config records the implementation in the config it is given
-        config = LlamaConfig(vocab_size=args.vocab_size, hidden_size=args.hidden_size,
-                             intermediate_size=4 * args.hidden_size,
-                             num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                             num_key_value_heads=args.kv_heads,
-                             max_position_embeddings=max(args.seq_len + args.new_tokens, 128))
-        built = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
-        return built.to(device=device, dtype=dtype)
+        return AutoModelForCausalLM.from_config(model_config(args),
+                                                attn_implementation=attn_implementation)
 
     torch.manual_seed(0)
-    ours, sdpa = model(register()), model(SDPA)
-    sdpa.load_state_dict(ours.state_dict())
-    return ours, sdpa
+    ours, reference = model(register()), model(reference_of(args))
+    if args.architecture == "gpt-oss":  # sinks start at zero: make them matter
+        with torch.no_grad():
+            for layer in ours.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 2.0)
+    reference.load_state_dict(ours.state_dict())
+    return ours.to(device=device, dtype=dtype), reference.to(device=device, dtype=dtype)
 
 
 def seconds(fn, device, repeats: int = 3) -> float:
@@ -160,8 +203,9 @@ def compare_generations(ours, sdpa, prompt_len: int, tolerance: float) -> dict:
 def run(args, device, dtype: torch.dtype | None = None) -> dict:
     """The demo's numbers; `dtype` overrides --dtype (the tests run float32 on the CPU)."""
     dtype = dtype or measure.DTYPES[args.dtype]
-    ours, sdpa = build_models(args, device, dtype)
-    models = (("cutile_fmha", ours), (SDPA, sdpa))
+    reference = reference_of(args)
+    ours, theirs = build_models(args, device, dtype)
+    models = ((OURS, ours), (reference, theirs))
     generator = torch.Generator(device=device).manual_seed(1)
     tokens = torch.randint(1, args.vocab_size, (args.batch, args.seq_len), device=device,
                            generator=generator)
@@ -179,41 +223,50 @@ def run(args, device, dtype: torch.dtype | None = None) -> dict:
                        for name, model in models}
         generate_seconds = {name: seconds(lambda model=model: generate(
             model, padded, mask, args.new_tokens), device) for name, model in models}
-    largest = logits[SDPA].abs().max().item()
+    result = {
+        "reference": reference,
+        "max_logit_difference": (logits[OURS] - logits[reference]).abs().max().item(),
+        "largest_logit": logits[reference].abs().max().item(), "prefill_seconds": prefill,
+        "padded_logit_difference":
+            (padded_logits[OURS] - padded_logits[reference]).abs().max().item(),
+        "padded_largest_logit": padded_logits[reference].abs().max().item(),
+        "padded_prefill_seconds": padded_prefill,
+        "generate_seconds": generate_seconds,
+        "generate": compare_generations(generations[OURS], generations[reference],
+                                        args.seq_len, args.logit_tolerance)}
+    if args.architecture != "llama":  # the variants' backward is not built yet
+        return result
     training = {name: train(model, args.train_steps, device, input_ids=tokens)
                 for name, model in models}
     packed_training = {name: train(model, args.train_steps, device, **packed(padded, mask))
                        for name, model in models}
-    return {
-        "max_logit_difference": (logits["cutile_fmha"] - logits[SDPA]).abs().max().item(),
-        "largest_logit": largest, "prefill_seconds": prefill,
-        "padded_logit_difference":
-            (padded_logits["cutile_fmha"] - padded_logits[SDPA]).abs().max().item(),
-        "padded_largest_logit": padded_logits[SDPA].abs().max().item(),
-        "padded_prefill_seconds": padded_prefill,
+    return result | {
         "losses": {name: losses for name, (losses, _) in training.items()},
         "train_tokens_per_second": {name: rate for name, (_, rate) in training.items()},
         "packed_losses": {name: losses for name, (losses, _) in packed_training.items()},
-        "packed_tokens_per_second": {name: rate for name, (_, rate) in packed_training.items()},
-        "generate_seconds": generate_seconds,
-        "generate": compare_generations(generations["cutile_fmha"], generations[SDPA],
-                                        args.seq_len, args.logit_tolerance)}
+        "packed_tokens_per_second": {name: rate for name, (_, rate) in packed_training.items()}}
+
+
+def describe_model(args) -> str:
+    what = {"llama": "Llama", "gemma2": f"Gemma-2-like (softcap {args.softcap:g}, sliding "
+                                        f"window {args.sliding_window} every other layer)",
+            "gpt-oss": f"gpt-oss-like (sinks, sliding window {args.sliding_window} every "
+                       f"other layer)"}[args.architecture]
+    return (f"{what}: {args.layers} layers, hidden {args.hidden_size}, {args.heads} heads "
+            f"({args.kv_heads} K/V), D={args.hidden_size // args.heads}, batch {args.batch} x "
+            f"{args.seq_len} tokens, {args.dtype}")
 
 
 def report(result: dict, args) -> tuple[str, bool]:
+    reference = result["reference"]
     relative = result["max_logit_difference"] / result["largest_logit"]
     padded_relative = result["padded_logit_difference"] / result["padded_largest_logit"]
-    losses, packed_losses = result["losses"]["cutile_fmha"], result["packed_losses"]["cutile_fmha"]
     generated = result["generate"]
     checks = {"prefill logits": relative <= args.logit_tolerance,
               "padded prefill logits": padded_relative <= args.logit_tolerance,
-              "training loss": losses[-1] < losses[0],
-              "packed training loss": packed_losses[-1] < packed_losses[0],
               "generate() tokens": generated["all_near_ties"]}
     lines = [
-        f"Llama: {args.layers} layers, hidden {args.hidden_size}, {args.heads} heads "
-        f"({args.kv_heads} K/V), D={args.hidden_size // args.heads}, batch {args.batch} x "
-        f"{args.seq_len} tokens, {args.dtype}",
+        describe_model(args),
         f"prefill: largest logit difference {result['max_logit_difference']:.3e} "
         f"({relative:.2e} of the largest logit; tolerance {args.logit_tolerance:.0e})",
     ]
@@ -223,17 +276,25 @@ def report(result: dict, args) -> tuple[str, bool]:
                  f"{result['padded_logit_difference']:.3e} ({padded_relative:.2e})")
     lines += [f"  {name}: padded prefill {seconds_ * 1e3:.1f} ms"
               for name, seconds_ in result["padded_prefill_seconds"].items()]
-    lines.append("training, loss per step (cutile_fmha): "
-                 + " ".join(f"{loss:.3f}" for loss in losses))
-    lines += [f"  {name}: {rate:,.0f} tokens/s"
-              for name, rate in result["train_tokens_per_second"].items()]
-    lines.append("packed training (no padding), loss per step (cutile_fmha): "
-                 + " ".join(f"{loss:.3f}" for loss in packed_losses)
-                 + f"; SDPA's first loss {result['packed_losses'][SDPA][0]:.3f}")
-    lines += [f"  {name}: {rate:,.0f} real tokens/s"
-              for name, rate in result["packed_tokens_per_second"].items()]
+    if "losses" in result:
+        losses, packed_losses = result["losses"][OURS], result["packed_losses"][OURS]
+        checks |= {"training loss": losses[-1] < losses[0],
+                   "packed training loss": packed_losses[-1] < packed_losses[0]}
+        lines.append(f"training, loss per step ({OURS}): "
+                     + " ".join(f"{loss:.3f}" for loss in losses))
+        lines += [f"  {name}: {rate:,.0f} tokens/s"
+                  for name, rate in result["train_tokens_per_second"].items()]
+        lines.append(f"packed training (no padding), loss per step ({OURS}): "
+                     + " ".join(f"{loss:.3f}" for loss in packed_losses)
+                     + f"; {reference}'s first loss {result['packed_losses'][reference][0]:.3f}")
+        lines += [f"  {name}: {rate:,.0f} real tokens/s"
+                  for name, rate in result["packed_tokens_per_second"].items()]
+    else:
+        lines.append("training: not run (the backward of softcap, windows and sinks is not "
+                     "built yet)")
     lines.append(f"generate() of {args.new_tokens} tokens after the left-padded prompts: "
-                 f"{generated['agreeing']}/{generated['tokens']} tokens agree with SDPA's"
+                 f"{generated['agreeing']}/{generated['tokens']} tokens agree with "
+                 f"{reference}'s"
                  + (f"; {generated['rows_differing']} rows differ, from "
                     + ("a near-tie each" if generated["all_near_ties"] else "NOT only near-ties")
                     if generated["rows_differing"] else ""))

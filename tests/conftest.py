@@ -19,6 +19,48 @@ def reference_forward_launch(query, key, value, causal: str, scale: float, with_
     return out.to(query.dtype), (lse.float() if with_lse else None)
 
 
+def reference_with_variants(query, key, value, *, offset: int, causal: bool, scale: float,
+                            variants, sinks=None):
+    """(out in the inputs' dtype, lse float32) of attention with the variants
+    (steps/variants.py's Variants) in float64; offset: row 0's diagonal key, which the
+    causal mask and the window are aligned to."""
+    group = query.shape[1] // key.shape[1]
+    q = query.double()
+    k, v = (t.double().repeat_interleave(group, 1) for t in (key, value))
+    scores = q @ k.transpose(-1, -2) * scale
+    if variants.softcap is not None:
+        scores = variants.softcap * torch.tanh(scores / variants.softcap)
+    rows = torch.arange(q.shape[2])[:, None] + offset
+    keys = torch.arange(k.shape[2])[None, :]
+    seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool)
+    if causal:
+        seen &= keys <= rows
+    left, right = variants.window or (None, None)
+    if left is not None:
+        seen &= keys >= rows - left
+    if right is not None and not causal:
+        seen &= keys <= rows + right
+    scores = scores.masked_fill(~seen, -math.inf)
+    if sinks is not None:
+        scores = torch.cat([scores, sinks.double()[None, :, None, None].expand(
+            *scores.shape[:-1], 1)], -1)
+    lse = torch.logsumexp(scores, -1)
+    weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)[..., :k.shape[2]]
+    return (weights @ v).to(query.dtype), lse.float()
+
+
+def reference_variants_launch(query, key, value, sinks, causal: str, scale: float,
+                              with_lse: bool, variants):
+    """Stands in for the dense variants' launch (cutile_fmha.dropin.variants_launch)."""
+    from cutile_fmha.dropin import _launcher_causal
+
+    offset = causal_query_offset(_launcher_causal(causal), query.shape[2], key.shape[2])
+    out, lse = reference_with_variants(query, key, value, offset=offset or 0,
+                                       causal=offset is not None, scale=scale,
+                                       variants=variants, sinks=sinks)
+    return out, (lse if with_lse else None)
+
+
 def reference_kvcache(query, key_cache, value_cache, cache_seqlens=None, *, cache_leftpad=None,
                       is_causal=True, scale=None, **_):
     """attention_with_kvcache on a dense cache in float64, sequence by sequence."""
@@ -65,18 +107,23 @@ def _alignment(causal: bool):
 
 def reference_varlen_forward(q, k, v, bounds, max_seqlen_q, *, causal, scale, with_lse,
                              fill=None, variants=None, sinks=None):
-    """steps.varlen.varlen_forward in float64, sequence by sequence (without variants)."""
-    assert variants is None or not variants.any, "the CPU stand-in computes plain attention only"
+    """steps.varlen.varlen_forward in float64, sequence by sequence (each causal mask and
+    window aligned to the sequence's last key)."""
     out = torch.full_like(q, 0.0 if fill is None else fill)
     lse = torch.full(q.shape[:-1], 0.0 if fill is None else fill, dtype=torch.float32)
     for qb, rows, kb, keys in _sequences(q, k, bounds):
         if rows.stop <= rows.start:
             continue
-        if keys.stop <= keys.start:
+        one = (q[qb:qb + 1, :, rows], k[kb:kb + 1, :, keys], v[kb:kb + 1, :, keys])
+        if variants is not None and variants.any:
+            o, l = reference_with_variants(*one, offset=(keys.stop - keys.start)
+                                           - (rows.stop - rows.start), causal=causal,
+                                           scale=scale, variants=variants, sinks=sinks)
+        elif keys.stop <= keys.start:
             out[qb, :, rows], lse[qb, :, rows] = 0.0, -math.inf
             continue
-        o, l = reference(q[qb:qb + 1, :, rows], k[kb:kb + 1, :, keys], v[kb:kb + 1, :, keys],
-                         causal=_alignment(causal), scale=scale)
+        else:
+            o, l = reference(*one, causal=_alignment(causal), scale=scale)
         out[qb, :, rows], lse[qb, :, rows] = o[0].to(q.dtype), l[0].float()
     return out, (lse if with_lse else None)
 
@@ -108,6 +155,7 @@ def kernels_on_the_cpu(monkeypatch):
     reference, so it runs on the CPU; the kernels themselves are checked on the GPU
     (test_gpu_*.py). Gives the calls made, by kind."""
     return count_kernel_calls(monkeypatch, forward=reference_forward_launch,
+                              variants=reference_variants_launch,
                               backward=reference_backward,
                               varlen_forward=reference_varlen_forward,
                               varlen_backward=reference_varlen_backward,
@@ -123,7 +171,7 @@ def kernel_calls(monkeypatch):
 
 def count_kernel_calls(monkeypatch, **stand_ins) -> Counter:
     """Counts the kernel launches the public entry points make, by kind: "forward" (dense
-    forward launches), "backward", "varlen_forward", "varlen_backward", "decode" (the
+    forward launches), "variants" (the dense variants' launches), "backward", "varlen_forward", "varlen_backward", "decode" (the
     transformers backend's decoding steps; so a test sees that its model really ran them),
     each optionally through a stand-in."""
     import cutile_fmha.dropin as dropin
@@ -132,6 +180,7 @@ def count_kernel_calls(monkeypatch, **stand_ins) -> Counter:
 
     calls = Counter()
     for kind, module, name in (("forward", dropin, "forward_launch"),
+                               ("variants", dropin, "variants_launch"),
                                ("backward", dropin, "attention_backward"),
                                ("varlen_forward", varlen, "varlen_forward"),
                                ("varlen_backward", varlen, "varlen_backward"),

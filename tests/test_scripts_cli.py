@@ -120,6 +120,20 @@ def test_context_parallel_benchmark_defaults_are_the_issues_shapes():
         cp.parse_args(["--heads", "32", "--kv-heads", "5"])
 
 
+def test_demo_builds_llama_gemma2_and_gpt_oss_like_models():
+    from cutile_fmha.assets import fmha_llama_demo as demo
+
+    assert demo.parse_args([]).architecture == "llama"
+    args = demo.parse_args(["--architecture", "gemma2", "--sliding-window", "64"])
+    config = demo.model_config(args)
+    assert config.attn_logit_softcapping == 50.0 and config.sliding_window == 64
+    assert demo.reference_of(args) == "eager"
+    config = demo.model_config(demo.parse_args(["--architecture", "gpt-oss"]))
+    assert config.num_experts_per_tok == config.num_local_experts == 2
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--architecture", "mistral"])
+
+
 def test_fp8_benchmark_defaults():
     args = fp8.parse_args([])
     assert (args.batch, args.head_dims, args.seq_lens) == (4, [128, 256], [4096, 8192, 16384])

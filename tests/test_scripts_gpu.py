@@ -102,3 +102,17 @@ def test_llama_demo_end_to_end(capsys, kernel_calls):
     # two layers, as in test_transformers_backend.py's CPU run of the demo
     assert kernel_calls == {"forward": 2 * (1 + 4 + 4), "backward": 2 * 4,
                             "varlen_forward": 2 * (1 + 4 + 5 * 3 + 4), "varlen_backward": 2 * 4}
+
+
+@pytest.mark.parametrize("architecture", ["gemma2", "gpt-oss"])
+def test_softcap_window_and_sink_demos_end_to_end(architecture, capsys, kernel_calls):
+    pytest.importorskip("transformers")
+    from cutile_fmha.assets import fmha_llama_demo as demo
+
+    status = demo.main(["--architecture", architecture, "--layers", "2", "--hidden-size", "512",
+                        "--heads", "4", "--kv-heads", "2", "--vocab-size", "512", "--batch", "2",
+                        "--seq-len", "300", "--new-tokens", "3", "--sliding-window", "64"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "training: not run" in printed and printed.rstrip().endswith("OK")
+    assert kernel_calls["variants"] and kernel_calls["varlen_forward"]

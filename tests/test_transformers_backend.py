@@ -252,6 +252,30 @@ def test_flash_style_packing_keywords_are_used_as_given(kernels_on_the_cpu):
     assert kernels_on_the_cpu["varlen_forward"] == 1
 
 
+@pytest.mark.parametrize("architecture", ["gemma2", "gpt-oss"])
+def test_softcap_window_and_sink_models_run_in_the_demo_against_eager(architecture,
+                                                                     kernels_on_the_cpu):
+    """The demo's Gemma-2-like and gpt-oss-like models, with the variants' kernels replaced
+    by float64: eager's logits, padded too, and its greedy tokens; no training."""
+    from cutile_fmha.assets import fmha_llama_demo as demo
+
+    args = demo.parse_args(["--architecture", architecture, "--layers", "2", "--hidden-size",
+                            "256", "--heads", "4", "--kv-heads", "2", "--vocab-size", "64",
+                            "--batch", "2", "--seq-len", "40", "--new-tokens", "3",
+                            "--sliding-window", "16", "--softcap", "5"])
+    result = demo.run(args, torch.device("cpu"), dtype=torch.float32)
+    text, ok = demo.report(result, args)
+    assert ok, text
+    assert result["reference"] == "eager" and "losses" not in result
+    assert result["max_logit_difference"] < 1e-4 and result["padded_logit_difference"] < 1e-4
+    assert result["generate"]["agreeing"] == result["generate"]["tokens"] == 2 * 3
+    assert "training: not run" in text
+    # Unpadded prefills take the dense variants' kernel; padded ones and every decoding
+    # step (the decode kernel has no variants) the variable-length one.
+    assert kernels_on_the_cpu["variants"] and kernels_on_the_cpu["varlen_forward"]
+    assert not kernels_on_the_cpu["decode"] and not kernels_on_the_cpu["forward"]
+
+
 def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
     from cutile_fmha.assets import fmha_llama_demo as demo
 
