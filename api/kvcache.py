@@ -10,10 +10,12 @@ import numbers
 
 import torch
 
-from .dropin import checked_once
+from .dropin import _check_variants, checked_once
 from .platforms.entry import DECODE_GUESS
-from .steps.decode import DecodeShape, decode_forward, power_of_two_at_least
+from .steps.decode import DecodeShape, decode_forward, kept, power_of_two_at_least
 from .steps.launcher import DTYPES, _check_devices, softmax_scale
+from .steps.varlen import SequenceBounds
+from .varlen import varlen_attention
 
 __all__ = ["attention_with_kvcache"]
 
@@ -163,7 +165,8 @@ def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_left
 
 def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
                            block_table=None, cache_leftpad=None, is_causal=True, scale=None,
-                           num_splits=None, return_lse=False):
+                           num_splits=None, return_lse=False, window_size=(-1, -1),
+                           softcap=None, sinks=None):
     """Attention of a few new query rows per sequence to its KV cache (decoding), as
     flash-attn's ``flash_attn_with_kvcache``, in SDPA's layout.
 
@@ -188,6 +191,9 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     num_splits: how many CTAs share each sequence's keys (flash-decoding), 1 to 64; None:
         the platform table's rule from batch x kv_heads x length against the SM count.
     return_lse: also return the log-sum-exp, float32 (batch, heads, q_len), natural log.
+    window_size, softcap, sinks: as ``attention`` takes them, the window aligned to each
+        sequence's last key; a dense cache only. They run the variable-length kernel on
+        the cache (the decode kernel does not take them yet; num_splits does not apply).
 
     Lengths and block numbers are read on the device only, never on the host: lengths past
     the cache are clamped to it, block numbers to the cache's blocks (wrong numbers give
@@ -197,6 +203,9 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     """
     arguments = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
                  is_causal, scale, num_splits, return_lse)
+    if window_size != (-1, -1) or softcap is not None or sinks is not None:
+        out, lse = _with_variants(arguments, window_size, softcap, sinks)
+        return (out, lse) if return_lse else out
     if torch.compiler.is_compiling():  # traced once: one opaque operator in the graph
         shape, scale = _check(*arguments)
         out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
@@ -212,3 +221,41 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
                               key_starts=cache_leftpad, key_ends=cache_seqlens,
                               block_table=block_table)
     return (out, lse) if return_lse else out
+
+
+def _with_variants(arguments: tuple, window_size, softcap, sinks):
+    """(out, lse or None) of attention_with_kvcache's `arguments` with the variants, through
+    the variable-length kernel: each batch row one sequence, its queries rows 0..q_len-1,
+    its keys cache_leftpad..cache_seqlens-1 (clamped to the cache on the device)."""
+    (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad, is_causal,
+     scale, _, return_lse) = arguments
+    if block_table is not None:
+        raise ValueError("window_size, softcap and sinks take a dense cache so far, not a "
+                         "paged one (block_table)")
+    _, scale = _check(*arguments)
+    variants = _check_variants(query, window_size, softcap, sinks)
+    if sinks is not None:
+        _check_devices([("query", query), ("sinks", sinks)])
+    batch, _, q_len, _ = query.shape
+    capacity = key_cache.shape[2]
+    starts, query_ends, full = _bounds_of_rows(batch, q_len, capacity, query.device)
+    bounds = SequenceBounds(starts, query_ends,
+                            starts if cache_leftpad is None else cache_leftpad,
+                            full if cache_seqlens is None else cache_seqlens)
+    return varlen_attention(query, key_cache, value_cache, bounds, q_len, capacity,
+                            causal=is_causal, scale=scale, with_lse=return_lse,
+                            variants=variants, sinks=sinks)
+
+
+_ROW_BOUNDS: dict[tuple, tuple] = {}
+
+
+def _bounds_of_rows(batch: int, q_len: int, capacity: int, device: torch.device):
+    """int32 (batch,) zeros, q_len and capacity: kept per shape on a GPU (``kept``: not
+    when made inside a CUDA graph's capture, nor while torch.compile traces), since a
+    decoding step calls this per layer."""
+    def make():
+        return tuple(torch.full((batch,), value, dtype=torch.int32, device=device)
+                     for value in (0, q_len, capacity))
+    return kept(_ROW_BOUNDS, (batch, q_len, capacity, device), make,
+                keep=device.type == "cuda" and not torch.compiler.is_compiling())

@@ -186,3 +186,31 @@ def test_packed_sequences_take_the_variants_aligned_to_each_last_key(head_dim, c
         got = out[rows].transpose(0, 1)[None].double()
         assert (got - expected).abs().max() <= TOLERANCE[q.dtype] * max(expected.abs().max(), 1), s
         assert torch.allclose(lse[:, rows].double(), expected_lse[0], atol=2e-3), s
+
+
+@pytest.mark.parametrize("q_len", [1, 4])
+def test_kvcache_takes_the_variants_on_a_dense_cache(q_len):
+    """attention_with_kvcache with a window, softcap and sinks (the variable-length kernel
+    on the cache): ragged lengths with left padding, against float64 per sequence."""
+    from cutile_fmha import attention_with_kvcache
+
+    generator = torch.Generator(device="cuda").manual_seed(q_len)
+    heads, kv_heads, capacity, head_dim = 8, 2, 700, 128
+    query = torch.randn(3, heads, q_len, head_dim, generator=generator, device="cuda",
+                        dtype=torch.bfloat16)
+    cache = [torch.randn(3, kv_heads, capacity, head_dim, generator=generator, device="cuda",
+                         dtype=torch.bfloat16) for _ in range(2)]
+    starts = torch.tensor([0, 37, 600], dtype=torch.int32, device="cuda")
+    ends = torch.tensor([700, 513, 600], dtype=torch.int32, device="cuda")
+    sinks = torch.randn(heads, device="cuda")
+    out, lse = attention_with_kvcache(query, *cache, ends, cache_leftpad=starts,
+                                      window_size=(100, 0), softcap=10.0, sinks=sinks,
+                                      return_lse=True)
+    for b, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+        k, v = (t[b:b + 1, :, start:end] for t in cache)
+        seen = visible(q_len, end - start, end - start - q_len, True, (100, -1), query.device)
+        expected, expected_lse = reference(query[b:b + 1], k, v, seen, head_dim ** -0.5, 10.0,
+                                           sinks)
+        assert (out[b:b + 1].double() - expected).abs().max() <= \
+            TOLERANCE[query.dtype] * max(expected.abs().max(), 1)
+        assert torch.allclose(lse[b:b + 1].double(), expected_lse, atol=2e-3)

@@ -147,3 +147,10 @@ def test_buffers_are_kept_only_outside_a_cuda_graphs_memory_pool(monkeypatch):
     assert cache == {"stream": first}
     assert kept(cache, "stream", make, keep=False) is first  # kept outside any pool: shared
     assert len(made) == 3
+
+
+def test_variants_take_a_dense_cache_only():
+    query, k, v, table = paged()
+    with pytest.raises(ValueError, match="window_size, softcap and sinks take a dense cache so "
+                                         r"far, not a paged one \(block_table\)"):
+        attention_with_kvcache(query, k, v, lengths(), block_table=table, softcap=30.0)
