@@ -15,7 +15,8 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 from .steps.backward import attention_backward
 from .steps.launcher import (LaunchPlan, Names, _check_devices, build_plan, causal_query_offset,
                              softmax_scale, unused_lse)
-from .steps.variants import VARIANT_HEAD_DIMS, Variants, refuse_gradients, variants_forward
+from .steps.variants import (VARIANT_HEAD_DIMS, Variants, needs_grad, refuse_gradients,
+                             variants_forward)
 
 __all__ = ["attention", "attention_with_lse"]
 
@@ -225,8 +226,8 @@ def _forward_variants(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                       sinks: torch.Tensor | None, causal: str, scale: float, with_lse: bool,
                       window_left: int, window_right: int, softcap: float
                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) with the variants (``Variants.operator_arguments``), for torch.compile;
-    forward only. lse is an empty tensor unless with_lse."""
+    """(out, lse) with the variants (``Variants.operator_arguments``), for torch.compile
+    and autograd (sinks alone). lse is an empty tensor unless with_lse."""
     out, lse = variants_launch(query, key, value, sinks, causal, scale, with_lse,
                                Variants.of_operator_arguments(window_left, window_right,
                                                               softcap, sinks))
@@ -237,6 +238,34 @@ def _forward_variants(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 def _(query, key, value, sinks, causal, scale, with_lse, window_left, window_right, softcap):
     lse_shape = query.shape[:-1] if with_lse else (0,)
     return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+
+
+def _save_variants_for_backward(ctx, inputs, output):
+    query, key, value, sinks, causal, scale, with_lse, *_ = inputs
+    if not with_lse:
+        raise RuntimeError("cutile_fmha::forward_variants ran without its LSE, which the "
+                           "backward needs: call it with with_lse=True when inputs require grad")
+    ctx.save_for_backward(query, key, value, sinks, *output)
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _variants_gradients(ctx, grad_out, _grad_lse):
+    """Sinks alone (run_variants refuses gradients through the others): the plain backward
+    rebuilds P from the LSE, which holds the sinks' terms, so dQ, dK, dV are the plain
+    ones; each head's sink logit gets -sum over rows of P_sink * rowsum(dO * O), with
+    P_sink = exp(sink - lse)."""
+    query, key, value, sinks, out, lse = ctx.saved_tensors
+    dq, dk, dv = _backward(grad_out, query, key, value, out, lse, ctx.causal, ctx.scale)
+    dsinks = None
+    if sinks is not None:
+        delta = (out.float() * grad_out.float()).sum(-1)
+        dsinks = -(torch.exp(sinks.float()[None, :, None] - lse) * delta).sum((0, 2))
+        dsinks = dsinks.to(sinks.dtype)
+    return dq, dk, dv, dsinks, None, None, None, None, None, None
+
+
+_forward_variants.register_autograd(_variants_gradients,
+                                    setup_context=_save_variants_for_backward)
 
 
 def variants_launch(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
@@ -253,13 +282,15 @@ def variants_launch(query, key, value, sinks, causal: str, scale: float, with_ls
 
 def run_variants(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
                  variants: Variants):
-    """(out, lse or None) with `variants`: through the custom operator under
-    torch.compile, else straight to the launch; forward only."""
-    refuse_gradients(query, key, value, sinks)
-    if torch.compiler.is_compiling():
-        out, lse = _forward_variants(query, key, value, sinks, causal, scale, with_lse,
+    """(out, lse or None) with `variants`: through the custom operator under torch.compile
+    or where a gradient flows (sinks alone: ``_variants_gradients``), else straight to
+    the launch."""
+    refuse_gradients(variants, query, key, value, sinks, sinks_differentiable=True)
+    grad = needs_grad(query, key, value, sinks)
+    if torch.compiler.is_compiling() or grad:
+        out, lse = _forward_variants(query, key, value, sinks, causal, scale, with_lse or grad,
                                      *variants.operator_arguments())
-        return out, lse if with_lse else None
+        return out, (lse.detach() if with_lse else None)
     return variants_launch(query, key, value, sinks, causal, scale, with_lse, variants)
 
 
@@ -296,8 +327,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     enable_gqa: allow kv_heads < heads (heads a multiple of kv_heads); query head h reads
         K/V head h // (heads // kv_heads), with no copy of K or V.
 
-    Beyond SDPA, keyword-only (D 64/128/256; forward only so far: with inputs that require
-    grad they raise NotImplementedError):
+    Beyond SDPA, keyword-only (D 64/128/256; differentiable with sinks alone, in query,
+    key, value and sinks: the window's and the softcap's backward is not built yet, and
+    with inputs that require grad they raise NotImplementedError):
     window_size: (left, right), flash-attn's sliding window: query i sees keys from
         i - left to i + right around its diagonal key i (i + k_len - q_len under
         causal_lower_right), -1 for unbounded; with a causal mask right is 0. Key tiles

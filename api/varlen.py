@@ -231,7 +231,7 @@ def varlen_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: in
     `variants` (forward only)."""
     scale = softmax_scale(scale, query.shape[-1])
     if variants.any:
-        refuse_gradients(query, key, value, sinks)
+        refuse_gradients(variants, query, key, value, sinks)
     if not (torch.compiler.is_compiling() or _needs_grad(query, key, value)):
         # The custom operator's work without its dispatch (it costs more than the launch).
         return varlen_forward(query, key, value, bounds, max_seqlen_q, causal=causal,

@@ -71,13 +71,22 @@ NO_VARIANTS = Variants()
 NO_WINDOW = -2  # operator_arguments' window side for no window
 
 
-def refuse_gradients(*tensors) -> None:
-    """NotImplementedError where a gradient would flow through a variant: their backward
-    is not built yet."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        raise NotImplementedError("window_size, softcap and sinks run forward only so far: "
-                                  "their backward is not built, so inputs that require grad "
-                                  "are refused (use torch.no_grad() for inference)")
+def needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def refuse_gradients(variants: Variants, *tensors, sinks_differentiable: bool = False) -> None:
+    """NotImplementedError where a gradient would flow through a variant whose backward is
+    not built: the window's and the softcap's anywhere, the sinks' but in attention()
+    (`sinks_differentiable`: the plain backward on the LSE with the sinks, and dsinks)."""
+    if not needs_grad(*tensors):
+        return
+    if sinks_differentiable and variants.window is None and variants.softcap is None:
+        return
+    raise NotImplementedError(
+        "the backward of window_size and softcap is not built yet" +
+        ("" if sinks_differentiable else ", nor that of sinks outside attention()") +
+        ": inputs that require grad are refused (use torch.no_grad() for inference)")
 
 
 def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,

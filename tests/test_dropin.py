@@ -107,6 +107,41 @@ def test_no_variant_asked_is_the_plain_kernel(monkeypatch):
     assert attention(*qkv(), sinks=torch.zeros(4)) == "variants"
 
 
+def test_sinks_gradients_match_float64_autograd(kernels_on_the_cpu):
+    """With sinks alone attention() is differentiable: dQ, dK, dV through the plain
+    backward on the LSE that holds the sinks, and dsinks, against autograd through the
+    float64 reference (the kernels replaced by float64 on the CPU)."""
+    from conftest import reference_with_variants
+
+    from cutile_fmha.steps.variants import Variants
+
+    generator = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, h, 24, 64, generator=generator, dtype=torch.float64)
+               for h in (4, 2, 2))
+    sinks, grad = torch.randn(4, generator=generator), torch.randn(2, 4, 24, 64,
+                                                                    generator=generator)
+    for causal in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
+        attention(*leaves[:3], is_causal=causal, enable_gqa=True, sinks=leaves[3]).backward(
+            grad.double())
+        wide = [t.detach().double().requires_grad_() for t in (q, k, v, sinks)]
+        out, _ = reference_with_variants(*wide[:3], offset=0, causal=causal, scale=64 ** -0.5,
+                                         variants=Variants(sinks=True), sinks=wide[3])
+        out.backward(grad.double())
+        for mine, theirs in zip(leaves, wide):
+            torch.testing.assert_close(mine.grad.double(), theirs.grad, rtol=1e-5, atol=1e-6)
+    assert kernels_on_the_cpu == {"variants": 2, "backward": 2}
+
+
+def test_window_and_softcap_refuse_gradients(kernels_on_the_cpu):
+    q, k, v = (t.requires_grad_() for t in qkv())
+    for options in ({"softcap": 10.0}, {"window_size": (8, 0)},
+                    {"softcap": 10.0, "sinks": torch.zeros(4)}):
+        with pytest.raises(NotImplementedError, match="backward of window_size and softcap "
+                                                      "is not built yet"):
+            attention(q, k, v, **options)
+
+
 def test_no_backward_past_head_dim_256():
     q, k, v, out = (torch.randn(1, 2, 8, 512) for _ in range(4))
     with pytest.raises(ValueError, match="the backward runs head dims \\(64, 128, 256\\), got 512"):

@@ -134,12 +134,32 @@ def test_a_window_wider_than_the_sequence_is_plain_attention():
             - plain.float()).abs().max() <= 1e-2
 
 
-def test_variants_refuse_gradients_until_their_backward_exists():
+def test_window_and_softcap_refuse_gradients_until_their_backward_exists():
     q, k, v = (t.requires_grad_() for t in inputs(1, 2, 2, 64, 64, 64, "float16", seed=1))
-    with pytest.raises(NotImplementedError, match="forward only"):
-        attention(q, k, v, softcap=10.0)
-    with torch.no_grad():
-        attention(q, k, v, softcap=10.0)
+    for options in ({"softcap": 10.0}, {"window_size": (8, 0)}):
+        with pytest.raises(NotImplementedError, match="window_size and softcap is not built"):
+            attention(q, k, v, **options)
+        with torch.no_grad():
+            attention(q, k, v, **options)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sinks_gradients_match_float64_autograd(causal, head_dim):
+    """dQ, dK, dV and dsinks with sinks alone, GQA, against autograd through the float64
+    reference (within a fixed fraction of each gradient's largest entry)."""
+    q, k, v = inputs(2, 8, 2, 333, 333, head_dim, "bfloat16", seed=head_dim)
+    sinks = torch.randn(8, device="cuda")
+    grad = torch.randn_like(q)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
+    attention(*leaves[:3], is_causal=causal, enable_gqa=True, sinks=leaves[3]).backward(grad)
+    wide = [t.detach().double().requires_grad_() for t in (q, k, v, sinks)]
+    seen = visible(333, 333, 0, causal, (-1, -1), q.device)
+    expected, _ = reference(*wide[:3], seen, head_dim ** -0.5, None, wide[3])
+    expected.backward(grad.double())
+    for name, mine, theirs in zip(("dq", "dk", "dv", "dsinks"), leaves, wide):
+        error = (mine.grad.double() - theirs.grad).abs().max()
+        assert error <= 2e-2 * theirs.grad.abs().max(), (name, error)
 
 
 def test_variants_compile_with_torch_compile():
