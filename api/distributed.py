@@ -23,7 +23,8 @@ so each step is 2c² query-key pairs. Without the mask every step is full attent
 
 The local attention is pluggable (``LocalAttention``): the cuTile kernels by default
 (``attention_with_lse``'s forward and ``attention_backward``), or plain PyTorch
-(``TORCH_LOCAL``), which runs on a CPU with the gloo backend (the tests' stand-in).
+(``TORCH_LOCAL``, the float64 reference), which runs on a CPU with the gloo backend (the
+tests' stand-in).
 """
 
 import math
@@ -32,6 +33,8 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+
+from .steps.reference import reference, reference_backward
 
 __all__ = ["ring_attention", "zigzag_shard", "zigzag_unshard", "merge_partials",
            "LocalAttention", "TORCH_LOCAL", "CUTILE_LOCAL"]
@@ -46,39 +49,17 @@ class LocalAttention:
     backward: Callable
 
 
-def _torch_forward(q, k, v, causal: bool, scale: float):
-    group = q.shape[1] // k.shape[1]
-    k, v = (t.repeat_interleave(group, 1).to(torch.float32) for t in (k, v))
-    scores = q.to(torch.float32) @ k.transpose(-1, -2) * scale
-    if causal:
-        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool,
-                                               device=q.device).triu(1), -math.inf)
-    lse = torch.logsumexp(scores, -1)
-    return (torch.exp(scores - lse[..., None]) @ v).to(q.dtype), lse
+def _reference_forward(q, k, v, causal: bool, scale: float):
+    out, lse = reference(q, k, v, causal=causal, scale=scale)
+    return out.to(q.dtype), lse.float()
 
 
-def _torch_backward(q, k, v, out, lse, grad_out, causal: bool, scale: float):
-    group = q.shape[1] // k.shape[1]
-    q32, grad32 = q.to(torch.float32), grad_out.to(torch.float32)
-    k32, v32 = (t.repeat_interleave(group, 1).to(torch.float32) for t in (k, v))
-    scores = q32 @ k32.transpose(-1, -2) * scale
-    if causal:
-        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool,
-                                               device=q.device).triu(1), -math.inf)
-    p = torch.exp(scores - lse[..., None])
-    delta = (out.to(torch.float32) * grad32).sum(-1, keepdim=True)
-    d_scores = p * (grad32 @ v32.transpose(-1, -2) - delta)
-    dq = d_scores @ k32 * scale
-    dk = d_scores.transpose(-1, -2) @ q32 * scale
-    dv = p.transpose(-1, -2) @ grad32
-
-    def per_kv_head(t):
-        return t.unflatten(1, (k.shape[1], group)).sum(2)
-    return dq.to(q.dtype), per_kv_head(dk).to(k.dtype), per_kv_head(dv).to(v.dtype)
+def _reference_backward(q, k, v, out, lse, grad_out, causal: bool, scale: float):
+    return reference_backward(q, k, v, out, lse, grad_out, causal=causal, scale=scale)
 
 
-# Plain PyTorch (float32 math): any device, gloo included.
-TORCH_LOCAL = LocalAttention(_torch_forward, _torch_backward)
+# The float64 reference (steps/reference.py): any device, gloo included.
+TORCH_LOCAL = LocalAttention(_reference_forward, _reference_backward)
 
 
 def _cutile_forward(q, k, v, causal: bool, scale: float):

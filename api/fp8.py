@@ -15,7 +15,8 @@ import functools
 import torch
 
 from .dropin import checked_once
-from .steps.fp8 import HEAD_DIMS, fp8_forward
+from .platforms import HEAD_DIMS
+from .steps.fp8 import fp8_forward
 from .steps.launcher import MAX_GRID_YZ, _check_devices, softmax_scale
 
 __all__ = ["attention_fp8", "to_fp8"]

@@ -232,7 +232,7 @@ def _with_variants(arguments: tuple, window_size, softcap, sinks):
     if block_table is not None:
         raise ValueError("window_size, softcap and sinks take a dense cache so far, not a "
                          "paged one (block_table)")
-    _, scale = _check(*arguments)
+    _, scale = checked_once(_CHECKED, _check, arguments, tensors=6)
     variants = _check_variants(query, window_size, softcap, sinks)
     if sinks is not None:
         _check_devices([("query", query), ("sinks", sinks)])

@@ -70,8 +70,9 @@ from cutile_fmha.steps import STEPS, plan_launch, steps_for
 from cutile_fmha.steps.backward import attention_backward
 from cutile_fmha.steps.compile import compile_fp8, compile_step, compile_varlen, resource_usage
 from cutile_fmha.steps.decode import DecodeShape, decode_forward
-from cutile_fmha.steps.fp8 import FP8_STEP, fp8_forward
-from cutile_fmha.steps.varlen import VARLEN_STEP, SequenceBounds, varlen_forward
+from cutile_fmha.steps.definitions import QUERY_TILE_STEP
+from cutile_fmha.steps.fp8 import fp8_forward
+from cutile_fmha.steps.varlen import SequenceBounds, varlen_forward
 
 FINALISTS = 3  # candidates timed again before one is picked
 CONFIRM_ROUNDS = 2
@@ -231,7 +232,7 @@ def candidates(arch: str, head_dim: int, kernel: str = "dense") -> list[TunedLau
     """Every launch to time at `head_dim`: each candidate of the search space with the
     tuned steps that run this head dim side by side, so that they meet the same clocks
     (the variable-length and FP8 forwards: step 9's candidates)."""
-    steps = {"varlen": [VARLEN_STEP], "fp8": [FP8_STEP]}.get(kernel) or \
+    steps = [QUERY_TILE_STEP] if kernel in ("varlen", "fp8") else \
         steps_for(head_dim, TUNED_STEPS)
     if head_dim in LARGE_HEAD_DIMS:
         launches = LARGE_HEAD_DIM_SEARCH_SPACE.launches(steps[0], head_dim)

@@ -58,8 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sdpa-backends", nargs="+", default=["cudnn", "flash"],
                         choices=["cudnn", "flash", "efficient"],
                         help="PyTorch context_parallel's SDPA backends to time")
-    parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--markdown", metavar="PATH")
+    measure.add_result_arguments(parser)
     args = parser.parse_args(argv)
     if args.kv_heads and args.heads % args.kv_heads:
         parser.error("--kv-heads must divide --heads")

@@ -42,8 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="query heads (default: 32, or 16 at D=256)")
     parser.add_argument("--rounds", type=measure.positive_int, default=3)
     measure.add_fa4_argument(parser)
-    parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--markdown", metavar="PATH")
+    measure.add_result_arguments(parser)
     return parser.parse_args(argv)
 
 

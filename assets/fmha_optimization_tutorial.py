@@ -45,8 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                         "cudnn; past D=256, where only it runs, efficient)")
     parser.add_argument("--correctness-check", action="store_true",
                         help="compare every output with a float64 reference")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    parser.add_argument("--markdown", metavar="PATH", help="write the results as Markdown")
+    measure.add_result_arguments(parser)
     args = parser.parse_args(argv)
     measure.check_run_arguments(parser, args)
     if args.sdpa_backends is None:

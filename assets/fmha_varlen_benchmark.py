@@ -177,8 +177,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="K/V heads, dividing the query heads (default: as many)")
     measure.add_fa4_argument(parser)
     parser.add_argument("--rounds", type=measure.positive_int, default=1)
-    parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--markdown", metavar="PATH")
+    measure.add_result_arguments(parser)
     args = parser.parse_args(argv)
     if args.min_len > args.max_len:
         parser.error(f"--min-len must be at most --max-len, got {args.min_len} and "

@@ -419,6 +419,12 @@ def write_markdown(path, title: str, context: dict, rows: list[dict],
         f.write(f"# {title}\n\n{context_lines}\n\n{format_table(rows, columns, 'github')}\n")
 
 
+def add_result_arguments(parser: argparse.ArgumentParser) -> None:
+    """--json and --markdown, where ``report`` writes a run's table."""
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--markdown", metavar="PATH", help="write the results as Markdown")
+
+
 def report(args: argparse.Namespace, title: str, context: dict, rows: list[dict],
            columns: list[Column]) -> None:
     """Prints a run's context and table, and writes them where --json and --markdown say."""

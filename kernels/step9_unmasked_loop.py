@@ -6,6 +6,11 @@ with no mask code at all, and only the tiles on the diagonal or past the last ke
 the masked body: one helper, ``attend``, with the mask a compile-time choice, called for
 each range, as Triton's tutorial does with its off-band and on-band stages. The main loop
 is then straight-line code the compiler can pipeline without a branch.
+
+``attend_query_tile`` also takes the constants FP8, SOFTCAP, WINDOW and SINKS, for the
+kernels that run this step's code on float8 inputs (kernels/fp8.py) and with the
+variants (kernels/variants.py); this step's kernel passes them off, and off they compile
+to nothing (tests/test_machine_code.py).
 """
 
 import math

@@ -8,7 +8,7 @@ from ..kernels import (step1_basic, step2_exp2, step3_load_order, step4_latency_
                        step5_occupancy, step6_approx_div, step7_worker_warps, step8_heavy_first,
                        step9_unmasked_loop, step10_head_dim_tiling,
                        step11_resident_query)
-from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PlatformEntry, TileShape
+from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PlatformEntry, TileShape, TunedLaunch
 from .family import FORWARD, FORWARD_TILED_HEAD_DIM, KernelFamily
 
 # Where a step's launch configuration comes from:
@@ -82,12 +82,26 @@ def step_of(module) -> Step:
 
 # The guide's last step: what runs where the autotuner has not measured which step is fastest.
 GUIDE_FINAL_STEP = step_of(step6_approx_div).number
+# The step whose query tile (``attend_query_tile``) the variable-length, FP8 and variants
+# kernels run up to D=256, and so whose launch they take where the autotuner has not
+# measured one of their own.
+QUERY_TILE_STEP = step_of(step9_unmasked_loop).number
 
 
 def steps_for(head_dim: int, among=None) -> list[int]:
     """The steps that run at `head_dim`: those of `among`, in its order, or every one."""
     return [number for number in (sorted(STEPS) if among is None else among)
             if head_dim in STEPS[number].head_dims]
+
+
+def launch_of(entry: PlatformEntry, tuned: TunedLaunch | None, step: int, *, head_dim: int,
+              causal: bool) -> tuple[TileShape, dict | None]:
+    """(tiles, hints) of a kernel on a step's code: `tuned` (the autotuner's launch of that
+    kernel) where there is one, else the step's own launch with `entry` (as compiled for
+    it: native)."""
+    if tuned is not None:
+        return tuned.tiles, tuned.hints()
+    return STEPS[step].launch_config(entry, native=True, head_dim=head_dim, causal=causal)
 
 
 def fastest_step(entry: PlatformEntry, head_dim: int, causal: bool) -> int:

@@ -6,20 +6,15 @@ is the platform table's FP8 one where the autotuner has measured it (--fp8), els
 9's. Nothing here reads a device tensor on the host.
 """
 
-import functools
-
 import cuda.tile as ct
 import torch
 
 from ..kernels import fp8 as kernels
-from ..kernels import step9_unmasked_loop
-from ..platforms import PlatformEntry, entry_for
-from .definitions import STEPS, step_of
+from ..platforms import HEAD_DIMS, PlatformEntry
+from .definitions import QUERY_TILE_STEP, launch_of
 from .family import FORWARD_FP8, forward_constants
-from .launcher import current_stream, device_facts, unused_lse, with_hints
+from .launcher import current_stream, device_facts, on_device, unused_lse, with_hints
 
-FP8_STEP = step_of(step9_unmasked_loop).number
-HEAD_DIMS = (64, 128, 256)
 # cuTile's float8 types start with Hopper (sm_89, Ada, has float8 tensor cores, but cuTile
 # 1.7 refuses the type there).
 FIRST_FP8_ARCH = 90
@@ -36,31 +31,26 @@ def fp8_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group
                write_lse: bool) -> tuple[object, dict]:
     """(kernel with its hints, compile-time constants) of the FP8 forward with `entry`'s
     launch: the autotuner's FP8 one where it has run, else step 9's."""
-    tuned = entry.fp8_tuned.get((head_dim, causal))
-    tiles, hints = (tuned.tiles, tuned.hints()) if tuned else \
-        STEPS[FP8_STEP].launch_config(entry, native=True, head_dim=head_dim, causal=causal)
+    tiles, hints = launch_of(entry, entry.fp8_tuned.get((head_dim, causal)), QUERY_TILE_STEP,
+                             head_dim=head_dim, causal=causal)
     return with_hints(kernels.fmha, hints), forward_constants(
         head_dim, tiles, query_group=query_group, causal=causal, write_lse=write_lse)
-
-
-@functools.cache
-def _device_fp8_kernel(arch: str, head_dim: int, causal: bool, query_group: int,
-                       write_lse: bool) -> tuple[object, dict]:
-    check_fp8_arch(arch)
-    return fp8_kernel(entry_for(arch), head_dim=head_dim, causal=causal,
-                      query_group=query_group, write_lse=write_lse)
 
 
 def fp8_forward(q, k, v_t, q_descale, k_descale, v_descale, *, causal: bool, scale: float,
                 with_lse: bool, platform: PlatformEntry | None = None):
     """(out, lse or None) of float8 q (batch, heads, q_len, D), k (batch, kv_heads, k_len,
     D) and v_t (batch, kv_heads, D, k_len rounded up to 16); descales float32, (batch,
-    heads) for q, (batch, kv_heads) for k and v. out is bfloat16 like q; under `causal` query i sees keys 0..i. Arguments
-    checked by the caller (cutile_fmha.fp8). `platform`: another entry than this GPU's."""
+    heads) for q, (batch, kv_heads) for k and v. out is bfloat16 like q; under `causal` query
+    i sees keys 0..i. Arguments checked by the caller (cutile_fmha.fp8). `platform`: another
+    entry than this GPU's."""
     shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse)
-    kernel, constants = fp8_kernel(platform, **shape) if platform else \
-        _device_fp8_kernel(device_facts(q.device)[0], **shape)
+    if platform is None:
+        check_fp8_arch(device_facts(q.device)[0])
+        kernel, constants = on_device(fp8_kernel, q.device, **shape)
+    else:
+        kernel, constants = fp8_kernel(platform, **shape)
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if with_lse else None
     values = {"Q": q, "K": k, "V": v_t, "Out": out,

@@ -96,6 +96,18 @@ def device_facts(device: torch.device) -> tuple[str, int]:
         properties.multi_processor_count
 
 
+@functools.cache
+def _made_for_arch(make, arch: str, shape: tuple):
+    return make(entry_for(arch), **dict(shape))
+
+
+def on_device(make, device: torch.device, **shape):
+    """make(the platform entry of `device`'s architecture, **shape), made once per
+    architecture and shape (hashable values): a launcher's kernel and constants, which a
+    decoding step asks for per layer and token."""
+    return _made_for_arch(make, device_facts(device)[0], tuple(shape.items()))
+
+
 def current_stream(device: torch.device) -> int:
     """The device's current CUDA stream as the raw handle ct.launch takes (a fraction of
     torch.cuda.current_stream's cost, which a decoding step pays per layer)."""

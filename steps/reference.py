@@ -32,6 +32,27 @@ def reference(q, k, v, *, causal=False, scale: float | None = None):
     return weights @ v, lse.squeeze(-1)
 
 
+def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale):
+    """The backward in closed form, in float64 (autograd does not run inside an op), from
+    the given `lse`, which may hold more keys than these (a shard of a ring's, or a
+    sink's): P = exp(scores - lse) (causal as `reference` takes it),
+    dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s, summed
+    over the query heads of each K/V head."""
+    group = query.shape[1] // key.shape[1]
+    q, k, v, o, do = (t.double() for t in (query, key, value, out, grad_out))
+    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    p = torch.exp((q @ k.transpose(-1, -2)) * scale - lse.double()[..., None])
+    offset = causal_query_offset(causal, q.shape[2], k.shape[2])
+    if offset is not None:
+        rows = torch.arange(q.shape[2], device=q.device)[:, None]
+        keys = torch.arange(k.shape[2], device=q.device)[None, :]
+        p = p.masked_fill(keys > rows + offset, 0.0)
+    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
+    dq, dk, dv = (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, p.transpose(-1, -2) @ do
+    dk, dv = (t.unflatten(1, (-1, group)).sum(2) for t in (dk, dv))
+    return tuple(t.to(query.dtype) for t in (dq, dk, dv))
+
+
 def reference_errors(out, q, k, v, *, causal=False, scale: float | None = None, lse=None,
                      max_scores: int = 1 << 28) -> tuple[float, float | None]:
     """Largest |out - reference| and, when `lse` is given, largest |lse - reference lse|

@@ -3,20 +3,17 @@ attention sinks on step 9's loop, at step 9's launch for the head dim (its tiles
 hints from the platform table), with only the variants asked for compiled in.
 """
 
-import functools
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
-from ..kernels import step9_unmasked_loop
 from ..kernels import variants as kernels
-from ..platforms import HEAD_DIMS, PlatformEntry, entry_for
-from .definitions import STEPS, step_of
+from ..platforms import HEAD_DIMS, PlatformEntry
+from .definitions import QUERY_TILE_STEP, STEPS
 from .family import FORWARD_VARIANTS, forward_constants
-from .launcher import current_stream, device_facts, unused_lse, with_hints
+from .launcher import current_stream, on_device, unused_lse, with_hints
 
-VARIANTS_STEP = step_of(step9_unmasked_loop).number
 VARIANT_HEAD_DIMS = HEAD_DIMS
 
 
@@ -58,13 +55,14 @@ class Variants:
 
     def values(self, *, q_rows: int, k_rows: int, causal: bool, sinks, device) -> dict:
         """The kernels' run-time arguments of the variants (placeholders where off); a
-        window side of None reaches past every row of q_rows queries and k_rows keys."""
+        window side of None, or wider than every row of q_rows queries and k_rows keys,
+        reaches past them all (so it fits the kernels' int32)."""
         reach = q_rows + k_rows
-        left, right = self.window or (None, None)
+        left, right = (min(reach, reach if side is None else side)
+                       for side in self.window or (None, None))
         return {"Sinks": sinks.float() if sinks is not None else unused_lse(device).view(1),
-                "softcap": self.softcap or 1.0,
-                "window_left": reach if left is None else left,
-                "window_right": 0 if causal else reach if right is None else right}
+                "softcap": self.softcap or 1.0, "window_left": left,
+                "window_right": 0 if causal else right}
 
 
 NO_VARIANTS = Variants()
@@ -92,18 +90,11 @@ def refuse_gradients(variants: Variants, *tensors, sinks_differentiable: bool = 
 def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
                     write_lse: bool, variants: Variants) -> tuple[object, dict]:
     """(kernel with step 9's hints, compile-time constants) at `entry`'s step 9 launch."""
-    tiles, hints = STEPS[VARIANTS_STEP].launch_config(entry, native=True, head_dim=head_dim,
-                                                      causal=causal)
+    tiles, hints = STEPS[QUERY_TILE_STEP].launch_config(entry, native=True, head_dim=head_dim,
+                                                        causal=causal)
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                   write_lse=write_lse) | variants.constants()
     return with_hints(kernels.fmha, hints), constants
-
-
-@functools.cache
-def _device_variants_kernel(arch: str, head_dim: int, causal: bool, query_group: int,
-                            write_lse: bool, variants: Variants) -> tuple[object, dict]:
-    return variants_kernel(entry_for(arch), head_dim=head_dim, causal=causal,
-                           query_group=query_group, write_lse=write_lse, variants=variants)
 
 
 def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_lse: bool,
@@ -117,7 +108,7 @@ def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_ls
     shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, constants = variants_kernel(platform, **shape) if platform else \
-        _device_variants_kernel(device_facts(q.device)[0], **shape)
+        on_device(variants_kernel, q.device, **shape)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,

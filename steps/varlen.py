@@ -14,20 +14,20 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from ..kernels import step9_unmasked_loop, step11_resident_query
+from ..kernels import step11_resident_query
 from ..kernels import varlen as kernels
-from ..platforms import HEAD_DIMS, PlatformEntry, entry_for
+from ..platforms import HEAD_DIMS, PlatformEntry
 from .backward import check_backward_head_dim, launch_gradient_kernels, row_dot
-from .definitions import STEPS, fastest_step, step_of
+from .definitions import QUERY_TILE_STEP, fastest_step, launch_of, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      KernelFamily, forward_constants)
-from .launcher import current_stream, device_facts, unused_lse, with_hints
+from .launcher import current_stream, on_device, unused_lse, with_hints
 from .variants import NO_VARIANTS, Variants
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
-# launch (tiles and hints per head dim, causal or not) it takes from the platform table.
-# Past D=256 it runs the step the dense path runs there (10 or 11), at its launch.
-VARLEN_STEP = step_of(step9_unmasked_loop).number
+# launch (tiles and hints per head dim, causal or not) it takes from the platform table:
+# QUERY_TILE_STEP (steps/definitions.py). Past D=256 it runs the step the dense path runs
+# there (10 or 11), at its launch.
 RESIDENT_QUERY_STEP = step_of(step11_resident_query).number
 
 
@@ -38,10 +38,9 @@ def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_g
     forward with `entry`'s launch for this head dim, causal or not: the autotuner's for
     the variable-length forward where it has run (``--varlen``), else the dense step's.
     `variants`: up to D=256 (the caller checks the head dim)."""
-    step = VARLEN_STEP if head_dim in HEAD_DIMS else fastest_step(entry, head_dim, causal)
-    tuned = entry.varlen_tuned.get((head_dim, causal))
-    tiles, hints = (tuned.tiles, tuned.hints()) if tuned else \
-        STEPS[step].launch_config(entry, native=True, head_dim=head_dim, causal=causal)
+    step = QUERY_TILE_STEP if head_dim in HEAD_DIMS else fastest_step(entry, head_dim, causal)
+    tiles, hints = launch_of(entry, entry.varlen_tuned.get((head_dim, causal)), step,
+                             head_dim=head_dim, causal=causal)
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                   write_lse=write_lse)
     if head_dim in HEAD_DIMS:
@@ -49,15 +48,6 @@ def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_g
                 constants | variants.constants())
     return (with_hints(kernels.fmha_tiled_head_dim, hints), FORWARD_TILED_HEAD_DIM_VARLEN,
             constants | {"RESIDENT_QUERY": step == RESIDENT_QUERY_STEP})
-
-
-@functools.cache
-def _device_forward_kernel(arch: str, head_dim: int, causal: bool, query_group: int,
-                           write_lse: bool, variants: Variants) -> tuple[object, KernelFamily, dict]:
-    """forward_kernel with the table's entry for `arch`, once per launch shape: a decoding
-    step calls it per layer and token."""
-    return forward_kernel(entry_for(arch), head_dim=head_dim, causal=causal,
-                          query_group=query_group, write_lse=write_lse, variants=variants)
 
 
 @dataclass(frozen=True)
@@ -120,7 +110,7 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, family, constants = forward_kernel(platform, **shape) if platform else \
-        _device_forward_kernel(device_facts(q.device)[0], **shape)
+        on_device(forward_kernel, q.device, **shape)
     out = _filled(torch.empty_like(q), fill)
     lse = _filled(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,

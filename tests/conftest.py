@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cutile_fmha.steps.launcher import causal_query_offset
-from cutile_fmha.steps.reference import reference
+from cutile_fmha.steps.reference import reference, reference_backward
 
 
 def reference_forward_launch(query, key, value, causal: str, scale: float, with_lse: bool):
@@ -75,24 +75,6 @@ def reference_kvcache(query, key_cache, value_cache, cache_seqlens=None, *, cach
                              causal="bottom_right" if is_causal else False, scale=scale)
             out[b] = o[0].to(query.dtype)
     return out
-
-
-def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale):
-    """The backward in closed form, in float64 (autograd does not run inside an op):
-    dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s, summed
-    over the query heads of each K/V head."""
-    group = query.shape[1] // key.shape[1]
-    q, k, v, o, do = (t.double() for t in (query, key, value, out, grad_out))
-    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
-    p = torch.exp((q @ k.transpose(-1, -2)) * scale - lse.double()[..., None])
-    offset = causal_query_offset(causal, q.shape[2], k.shape[2])
-    if offset is not None:
-        rows, keys = torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :]
-        p = p.masked_fill(keys > rows + offset, 0.0)
-    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
-    dq, dk, dv = (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, p.transpose(-1, -2) @ do
-    dk, dv = (t.unflatten(1, (-1, group)).sum(2) for t in (dk, dv))
-    return tuple(t.to(query.dtype) for t in (dq, dk, dv))
 
 
 def _sequences(q, k, bounds):

@@ -11,25 +11,18 @@ grouped-query heads; each rank checks its own shard, prints "rank N: ok" or what
 and exits non-zero on a mismatch."""
 
 import argparse
-import math
 import sys
 
 import torch
 import torch.distributed as dist
 
 from cutile_fmha.distributed import TORCH_LOCAL, ring_attention, zigzag_shard, zigzag_unshard
+from cutile_fmha.steps.reference import reference as float64_reference
 
 
 def whole_sequence(q, k, v, causal: bool, scale: float):
     """(out, lse) of the full sequence in float64, differentiable."""
-    group = q.shape[1] // k.shape[1]
-    k, v = (t.repeat_interleave(group, 1) for t in (k, v))
-    scores = q @ k.transpose(-1, -2) * scale
-    if causal:
-        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool,
-                                               device=q.device).triu(1), -math.inf)
-    lse = torch.logsumexp(scores, -1)
-    return torch.exp(scores - lse[..., None]) @ v, lse
+    return float64_reference(q, k, v, causal=causal, scale=scale)
 
 
 def one_gpu(q, k, v, causal: bool, scale: float):

@@ -119,43 +119,23 @@ def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients():
         assert (mine.grad - theirs.grad).abs().max() <= 2e-2 * scale, name
 
 
-def gemma2_like(attn_implementation):
-    """Gemma 2's attention: logit softcap, sliding window on every other layer."""
-    from transformers import AutoModelForCausalLM, Gemma2Config
-
-    torch.manual_seed(0)
-    config = Gemma2Config(vocab_size=512, hidden_size=512, intermediate_size=1024,
-                          num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                          head_dim=128, max_position_embeddings=2048, sliding_window=64,
-                          attn_logit_softcapping=20.0, final_logit_softcapping=None,
-                          query_pre_attn_scalar=128)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
-    return model.to(device="cuda", dtype=torch.bfloat16).eval()
+# The demo's Gemma-2-like (softcap, sliding window every other layer) and gpt-oss-like
+# (sinks, sliding windows; two experts both used by every token) models at a small size.
+VARIANT_MODELS = {
+    "gemma2": ["--architecture", "gemma2", "--layers", "4", "--heads", "4", "--softcap", "20"],
+    "gpt-oss": ["--architecture", "gpt-oss", "--layers", "2", "--heads", "8"]}
 
 
-def gpt_oss_like(attn_implementation):
-    """gpt-oss's attention: a learnable sink per head (s_aux), sliding windows on every
-    other layer; two small experts, both used by every token, so that no near-tie in the
-    router flips a token's experts between the two models."""
-    from transformers import AutoModelForCausalLM, GptOssConfig
-
-    torch.manual_seed(0)
-    config = GptOssConfig(vocab_size=512, hidden_size=512, intermediate_size=512,
-                          num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
-                          head_dim=64, num_local_experts=2, num_experts_per_tok=2,
-                          sliding_window=64, max_position_embeddings=2048)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
-    with torch.no_grad():  # sinks start at zero: make them matter
-        for layer in model.model.layers:
-            layer.self_attn.sinks.normal_(0.0, 2.0)
-    return model.to(device="cuda", dtype=torch.bfloat16).eval()
-
-
-@pytest.mark.parametrize("make", [gemma2_like, gpt_oss_like], ids=["gemma2", "gpt-oss"])
-def test_softcap_sliding_window_and_sink_models_give_eagers_logits(make):
+@pytest.mark.parametrize("architecture", sorted(VARIANT_MODELS))
+def test_softcap_sliding_window_and_sink_models_give_eagers_logits(architecture):
     """Prefill past the window, then greedy decoding through the variants' kernel."""
-    ours, eager = make(backend.register()), make("eager")
-    eager.load_state_dict(ours.state_dict())
+    from cutile_fmha.assets import fmha_llama_demo as demo
+
+    args = demo.parse_args(VARIANT_MODELS[architecture] + [
+        "--hidden-size", "512", "--kv-heads", "2", "--vocab-size", "512", "--seq-len", "300",
+        "--new-tokens", "8", "--sliding-window", "64"])
+    ours, eager = (model.eval() for model in demo.build_models(args, torch.device("cuda"),
+                                                                torch.bfloat16))
     tokens = torch.randint(1, 512, (2, 300), device="cuda",
                            generator=torch.Generator(device="cuda").manual_seed(3))
     with torch.no_grad():

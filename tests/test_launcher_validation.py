@@ -160,3 +160,19 @@ def test_tensors_on_cpu_and_gpu():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="v must be on a CUDA device, got cpu"):
         attention(q.cuda(), k.cuda(), v)
+
+
+def test_on_device_makes_a_launch_once_per_architecture_and_shape(monkeypatch):
+    from cutile_fmha.steps import launcher
+
+    monkeypatch.setattr(launcher, "device_facts", lambda device: ("sm_90", 132))
+    made = []
+
+    def make(entry, *, head_dim, causal):
+        made.append((entry.arch, head_dim, causal))
+        return object()
+
+    first = launcher.on_device(make, torch.device("cpu"), head_dim=128, causal=True)
+    assert launcher.on_device(make, torch.device("cpu"), head_dim=128, causal=True) is first
+    launcher.on_device(make, torch.device("cpu"), head_dim=64, causal=True)
+    assert made == [("sm_90", 128, True), ("sm_90", 64, True)]

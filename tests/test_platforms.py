@@ -16,7 +16,7 @@ from cutile_fmha.platforms.entry import DECODE_GUESS, SOURCES, DecodeLaunch
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
-from cutile_fmha.steps.varlen import VARLEN_STEP
+from cutile_fmha.steps.definitions import QUERY_TILE_STEP
 
 ENTRIES = list(PLATFORMS.values()) + [DEFAULT]
 
@@ -113,7 +113,7 @@ def test_tuned_files_load_and_name_tuned_steps(path):
     if field == "tuned":
         assert loaded["tuned_note"]
     else:
-        assert {launch.step for launch in loaded[field].values()} == {VARLEN_STEP}
+        assert {launch.step for launch in loaded[field].values()} == {QUERY_TILE_STEP}
     for (head_dim, causal), launch in loaded[field].items():
         assert head_dim in STEPS[launch.step].head_dims and isinstance(causal, bool)
         assert STEPS[launch.step].launch == "tuned"
