@@ -12,11 +12,10 @@ import numbers
 import torch
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
-from .steps.backward import attention_backward
+from .steps.backward import attention_backward, row_dot
 from .steps.launcher import (LaunchPlan, Names, _check_devices, build_plan, causal_query_offset,
                              softmax_scale, unused_lse)
-from .steps.variants import (VARIANT_HEAD_DIMS, Variants, needs_grad, refuse_gradients,
-                             variants_forward)
+from .steps.variants import VARIANT_HEAD_DIMS, Variants, sinks_gradient, variants_forward
 
 __all__ = ["attention", "attention_with_lse"]
 
@@ -159,15 +158,26 @@ def _(query, key, value, causal, scale, with_lse):
 
 @torch.library.custom_op("cutile_fmha::backward", mutates_args=())
 def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-              value: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: str,
-              scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_backward(query, key, value, out, lse, grad_out,
-                              causal=_launcher_causal(causal), scale=scale)
+              value: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+              sinks: torch.Tensor | None, causal: str, scale: float, window_left: int,
+              window_right: int, softcap: float
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, dsinks: empty without sinks); the window and softcap as
+    ``Variants.operator_arguments`` gives them (the LSE holds the sinks' terms)."""
+    variants = Variants.of_operator_arguments(window_left, window_right, softcap, None)
+    grad_out = grad_out.to(out.dtype).contiguous()
+    delta = row_dot(out, grad_out)  # once, for the kernels and the sinks
+    dq, dk, dv = attention_backward(query, key, value, out, lse, grad_out,
+                                    causal=_launcher_causal(causal), scale=scale,
+                                    variants=variants, delta=delta)
+    return dq, dk, dv, sinks_gradient(sinks, lse, delta)
 
 
 @_backward.register_fake
-def _(grad_out, query, key, value, out, lse, causal, scale):
-    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+def _(grad_out, query, key, value, out, lse, sinks, causal, scale, window_left, window_right,
+      softcap):
+    return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
+            lse.new_empty(0) if sinks is None else torch.empty_like(sinks))
 
 
 def _save_for_backward(ctx, inputs, output):
@@ -180,7 +190,8 @@ def _save_for_backward(ctx, inputs, output):
 
 
 def _gradients(ctx, grad_out, _grad_lse):  # the LSE is an output, not differentiable
-    dq, dk, dv = _backward(grad_out, *ctx.saved_tensors, ctx.causal, ctx.scale)
+    dq, dk, dv, _ = _backward(grad_out, *ctx.saved_tensors, None, ctx.causal, ctx.scale,
+                              *Variants().operator_arguments())
     return dq, dk, dv, None, None, None
 
 
@@ -227,7 +238,7 @@ def _forward_variants(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                       window_left: int, window_right: int, softcap: float
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) with the variants (``Variants.operator_arguments``), for torch.compile
-    and autograd (sinks alone). lse is an empty tensor unless with_lse."""
+    and autograd. lse is an empty tensor unless with_lse."""
     out, lse = variants_launch(query, key, value, sinks, causal, scale, with_lse,
                                Variants.of_operator_arguments(window_left, window_right,
                                                               softcap, sinks))
@@ -241,27 +252,21 @@ def _(query, key, value, sinks, causal, scale, with_lse, window_left, window_rig
 
 
 def _save_variants_for_backward(ctx, inputs, output):
-    query, key, value, sinks, causal, scale, with_lse, *_ = inputs
+    query, key, value, sinks, causal, scale, with_lse, *window_and_softcap = inputs
     if not with_lse:
         raise RuntimeError("cutile_fmha::forward_variants ran without its LSE, which the "
                            "backward needs: call it with with_lse=True when inputs require grad")
     ctx.save_for_backward(query, key, value, sinks, *output)
-    ctx.causal, ctx.scale = causal, scale
+    ctx.causal, ctx.scale, ctx.window_and_softcap = causal, scale, window_and_softcap
 
 
 def _variants_gradients(ctx, grad_out, _grad_lse):
-    """Sinks alone (run_variants refuses gradients through the others): the plain backward
-    rebuilds P from the LSE, which holds the sinks' terms, so dQ, dK, dV are the plain
-    ones; each head's sink logit gets -sum over rows of P_sink * rowsum(dO * O), with
-    P_sink = exp(sink - lse)."""
+    """dQ, dK, dV from the backward with the window and softcap, which rebuilds P from the
+    LSE (holding the sinks' terms), and the sinks' own gradient (``sinks_gradient``)."""
     query, key, value, sinks, out, lse = ctx.saved_tensors
-    dq, dk, dv = _backward(grad_out, query, key, value, out, lse, ctx.causal, ctx.scale)
-    dsinks = None
-    if sinks is not None:
-        delta = (out.float() * grad_out.float()).sum(-1)
-        dsinks = -(torch.exp(sinks.float()[None, :, None] - lse) * delta).sum((0, 2))
-        dsinks = dsinks.to(sinks.dtype)
-    return dq, dk, dv, dsinks, None, None, None, None, None, None
+    dq, dk, dv, dsinks = _backward(grad_out, query, key, value, out, lse, sinks, ctx.causal,
+                                   ctx.scale, *ctx.window_and_softcap)
+    return dq, dk, dv, dsinks if sinks is not None else None, *(None,) * 6
 
 
 _forward_variants.register_autograd(_variants_gradients,
@@ -280,12 +285,15 @@ def variants_launch(query, key, value, sinks, causal: str, scale: float, with_ls
                             with_lse=with_lse, variants=variants, sinks=sinks)
 
 
+def needs_grad(*tensors) -> bool:
+    """Whether autograd will want a gradient of any of `tensors` (None: none)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def run_variants(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
                  variants: Variants):
     """(out, lse or None) with `variants`: through the custom operator under torch.compile
-    or where a gradient flows (sinks alone: ``_variants_gradients``), else straight to
-    the launch."""
-    refuse_gradients(variants, query, key, value, sinks, sinks_differentiable=True)
+    or where a gradient flows (``_variants_gradients``), else straight to the launch."""
     grad = needs_grad(query, key, value, sinks)
     if torch.compiler.is_compiling() or grad:
         out, lse = _forward_variants(query, key, value, sinks, causal, scale, with_lse or grad,
@@ -294,16 +302,12 @@ def run_variants(query, key, value, sinks, causal: str, scale: float, with_lse: 
     return variants_launch(query, key, value, sinks, causal, scale, with_lse, variants)
 
 
-def _needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
 def run_forward(query, key, value, causal: str, scale: float, with_lse: bool):
     """(out, lse or None) through the custom operator where autograd or torch.compile needs
     it, else straight to the launch (the operator's dispatch costs more than the launch)."""
-    if torch.compiler.is_compiling() or _needs_grad(query, key, value):
+    if torch.compiler.is_compiling() or needs_grad(query, key, value):
         out, lse = _forward(query, key, value, causal, scale, with_lse or
-                            _needs_grad(query, key, value))
+                            needs_grad(query, key, value))
         return out, lse if with_lse else None
     return forward_launch(query, key, value, causal, scale, with_lse)
 
@@ -327,9 +331,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     enable_gqa: allow kv_heads < heads (heads a multiple of kv_heads); query head h reads
         K/V head h // (heads // kv_heads), with no copy of K or V.
 
-    Beyond SDPA, keyword-only (D 64/128/256; differentiable with sinks alone, in query,
-    key, value and sinks: the window's and the softcap's backward is not built yet, and
-    with inputs that require grad they raise NotImplementedError):
+    Beyond SDPA, keyword-only (D 64/128/256, forward and backward, differentiable in
+    query, key, value and sinks):
     window_size: (left, right), flash-attn's sliding window: query i sees keys from
         i - left to i + right around its diagonal key i (i + k_len - q_len under
         causal_lower_right), -1 for unbounded; with a causal mask right is 0. Key tiles

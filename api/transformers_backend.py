@@ -31,7 +31,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import kvcache
-from .dropin import _check_variants, _needs_grad, run_forward, run_variants
+from .dropin import _check_variants, needs_grad, run_forward, run_variants
 from .steps.variants import NO_VARIANTS
 from .steps.launcher import softmax_scale
 from .steps.varlen import SequenceBounds, packed_bounds
@@ -214,7 +214,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         packed = (found[0], found[0], found[1], found[1])
     decode = (q_len <= DECODE_MAX_QUERY and query.shape[-1] in kvcache.HEAD_DIMS
               and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS
-              and not _needs_grad(query, key, value))
+              and not needs_grad(query, key, value))
     variants, sinks = _layer_variants(query, is_causal, **kwargs)
     decode = decode and not variants.any  # the decode kernel has no variants: varlen's has
     if packed is not None:

@@ -9,10 +9,11 @@ both layouts).
 
 import torch
 
-from .dropin import _check_variants, _needs_grad, checked_once
+from .dropin import _check_variants, checked_once, needs_grad
 from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
                              softmax_scale)
-from .steps.variants import NO_VARIANTS, Variants, refuse_gradients
+from .steps.variants import NO_VARIANTS, Variants, sinks_gradient
+from .steps.backward import row_dot
 from .steps.varlen import SequenceBounds, packed_bounds, varlen_backward, varlen_forward
 
 __all__ = ["attention_varlen"]
@@ -29,7 +30,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); lse is an empty tensor unless with_lse. max_seqlen_k sizes the
     backward's grid; `fill`: what rows outside every sequence hold (steps/varlen.py); the
-    variants as ``Variants.operator_arguments`` gives them (forward only)."""
+    variants as ``Variants.operator_arguments`` gives them."""
     bounds = SequenceBounds(query_starts, query_ends, key_starts, key_ends)
     variants = Variants.of_operator_arguments(window_left, window_right, softcap, sinks)
     out, lse = varlen_forward(query, key, value, bounds, max_seqlen_q, causal=causal,
@@ -50,37 +51,49 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
               value: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
               query_starts: torch.Tensor, query_ends: torch.Tensor, key_starts: torch.Tensor,
               key_ends: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-              scale: float, fill: float | None
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              scale: float, fill: float | None, sinks: torch.Tensor | None, window_left: int,
+              window_right: int, softcap: float
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, dsinks: empty without sinks). Rows outside every sequence hold out 0
+    (a padded batch's fill) or are none (packed), so they add nothing to dsinks."""
     grad_out = grad_out.to(out.dtype)
     if grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
     bounds = SequenceBounds(query_starts, query_ends, key_starts, key_ends)
-    return varlen_backward(query, key, value, out, lse, grad_out, bounds, max_seqlen_q,
-                           max_seqlen_k, causal=causal, scale=scale, fill=fill)
+    delta = row_dot(out, grad_out)  # once, for the kernels and the sinks
+    dq, dk, dv = varlen_backward(
+        query, key, value, out, lse, grad_out, bounds, max_seqlen_q, max_seqlen_k,
+        causal=causal, scale=scale, fill=fill, delta=delta,
+        variants=Variants.of_operator_arguments(window_left, window_right, softcap, None))
+    return dq, dk, dv, sinks_gradient(sinks, lse, delta)
 
 
 @_backward.register_fake
 def _(grad_out, query, key, value, out, lse, query_starts, query_ends, key_starts, key_ends,
-      max_seqlen_q, max_seqlen_k, causal, scale, fill):
-    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+      max_seqlen_q, max_seqlen_k, causal, scale, fill, sinks, window_left, window_right,
+      softcap):
+    return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
+            lse.new_empty(0) if sinks is None else torch.empty_like(sinks))
 
 
 def _save_for_backward(ctx, inputs, output):
-    (query, key, value, *bounds, max_seqlen_q, max_seqlen_k, causal, scale, with_lse,
-     fill, _sinks, _window_left, _window_right, _softcap) = inputs  # refuse_gradients: none
+    query, key, value, *bounds = inputs[:7]
+    max_seqlen_q, max_seqlen_k, causal, scale, with_lse, fill, sinks = inputs[7:14]
     if not with_lse:
         raise RuntimeError("cutile_fmha::varlen_forward ran without its LSE, which the "
                            "backward needs: call it with with_lse=True when inputs require grad")
-    ctx.save_for_backward(query, key, value, *output, *bounds)
+    ctx.save_for_backward(query, key, value, *output, *bounds, sinks)
     ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
     ctx.causal, ctx.scale, ctx.fill = causal, scale, fill
+    ctx.window_and_softcap = inputs[14:]
 
 
 def _gradients(ctx, grad_out, _grad_lse):
-    dq, dk, dv = _backward(grad_out, *ctx.saved_tensors, ctx.max_seqlen_q, ctx.max_seqlen_k,
-                           ctx.causal, ctx.scale, ctx.fill)
-    return (dq, dk, dv) + (None,) * 14
+    *saved, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = _backward(grad_out, *saved, ctx.max_seqlen_q, ctx.max_seqlen_k,
+                                   ctx.causal, ctx.scale, ctx.fill, sinks,
+                                   *ctx.window_and_softcap)
+    return (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None,) + (None,) * 3
 
 
 _forward.register_autograd(_gradients, setup_context=_save_for_backward)
@@ -149,11 +162,13 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         a query row that sees none, give zeros (LSE -inf).
     scale: softmax scale, default 1/sqrt(D). return_lse: also return the log-sum-exp,
         float32 (heads, total_q), natural log, as flash-attn returns it.
-    window_size, softcap, sinks: as ``attention`` takes them (D 64/128/256, forward only),
-        the window aligned to each sequence's last key as the causal mask is (flash-attn's).
+    window_size, softcap, sinks: as ``attention`` takes them (D 64/128/256, forward and
+        backward), the window aligned to each sequence's last key as the causal mask is
+        (flash-attn's).
 
     Returns out (total_q, heads, D), contiguous when query is, or (out, lse).
-    Differentiable in query, key and value (autograd and torch.compile); the LSE is not.
+    Differentiable in query, key, value and sinks (autograd and torch.compile); the LSE is
+    not.
     """
     arguments = (query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  is_causal, scale, return_lse, window_size, softcap, sinks)
@@ -163,7 +178,7 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         scale, variants = checked_once(_CHECKED, _check, arguments, tensors=5)
     # Where no gradient flows, one as_strided view per tensor (a view costs microseconds);
     # else transposes, whose backward is a transpose too (as_strided's copies the tensor).
-    no_grad = not (torch.compiler.is_compiling() or _needs_grad(query, key, value))
+    no_grad = not (torch.compiler.is_compiling() or needs_grad(query, key, value, sinks))
     if query.shape[0] == 0:  # nothing to compute (SDPA returns an empty tensor too)
         out = query.new_empty(query.shape)
         lse = query.new_empty((query.shape[1], 0), dtype=torch.float32)
@@ -227,17 +242,15 @@ def varlen_attention(query, key, value, bounds: SequenceBounds, max_seqlen_q: in
                      variants: Variants = NO_VARIANTS, sinks: torch.Tensor | None = None):
     """The variable-length operator on (batch rows, heads, rows, D) tensors, checked as
     their producer (``attention_varlen``, the transformers backend) made them: (out, lse)
-    with lse None unless `with_lse`. Differentiable in query, key and value, but with
-    `variants` (forward only)."""
+    with lse None unless `with_lse`. Differentiable in query, key, value and sinks."""
     scale = softmax_scale(scale, query.shape[-1])
-    if variants.any:
-        refuse_gradients(variants, query, key, value, sinks)
-    if not (torch.compiler.is_compiling() or _needs_grad(query, key, value)):
+    grad = needs_grad(query, key, value, sinks)
+    if not (torch.compiler.is_compiling() or grad):
         # The custom operator's work without its dispatch (it costs more than the launch).
         return varlen_forward(query, key, value, bounds, max_seqlen_q, causal=causal,
                               scale=scale, with_lse=with_lse, fill=fill, variants=variants,
                               sinks=sinks)
     out, lse = _forward(query, key, value, *bounds.tensors(), max_seqlen_q, max_seqlen_k, causal,
-                        scale, with_lse or _needs_grad(query, key, value), fill, sinks,
+                        scale, with_lse or grad, fill, sinks,
                         *variants.operator_arguments())
     return out, (lse.detach() if with_lse else None)

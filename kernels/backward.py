@@ -18,11 +18,19 @@ float32 buffer atomically measured 1.14-1.28x slower at D=64 and 128 on an H100,
 sees keys j <= i + query_offset. As in the forward's step 9, only the tile pairs across
 the causal diagonal or past the last key run mask code; the loops over the others have
 none.
+
+The variants of kernels/variants.py are the constants SOFTCAP and WINDOW here too (the
+sinks need none: the LSE holds their terms, and their gradient is a sum over rows, taken
+outside): with SOFTCAP the scores are rebuilt through the same tanh t and dS gets the
+tanh's derivative, 1 - t^2; with WINDOW the loops skip the tile pairs outside every
+row's window, as the forward does, and mask those across its edges. Off, the code is not
+there (tests/test_machine_code.py).
 """
 
 import cuda.tile as ct
 
 from .common import INV_LOG_2, ConstBool, ConstInt
+from .step9_unmasked_loop import key_tile_ranges, score_factors
 
 ZERO = ct.PaddingMode.ZERO
 
@@ -43,21 +51,35 @@ def row_dot(Out, dOut, Delta, TILE_M: ConstInt, TILE_D: ConstInt):
 
 
 def probabilities_and_ds(scores, dp, lse_log2, delta, rows, keys, k_len, qk_scale_log2,
-                         query_offset, CAUSAL: ConstBool, MASKED: ConstBool):
+                         query_offset, CAUSAL: ConstBool, MASKED: ConstBool,
+                         SOFTCAP: ConstBool, tanh_scale, WINDOW: ConstBool, window_left,
+                         window_right):
     """One tile pair's P, rebuilt from the LSE, and dS = P * (dP - Delta), float32, from its
-    scores S and dP = dO V^T, in whichever orientation the arguments broadcast to:
-    queries x keys for dQ (rows, LSE and Delta a column), keys x queries for dK/dV (a row).
-    With MASKED, zero past the causal diagonal and the last key. Rows past the last query
-    need no mask: their zero Q, dO, LSE and Delta give P = 1 and dS = 0, which add nothing
-    to dK or dV, and their dQ is never stored."""
-    p = ct.exp2(scores * qk_scale_log2 - lse_log2, flush_to_zero=True)
+    raw products S = Q K^T and dP = dO V^T, in whichever orientation the arguments
+    broadcast to: queries x keys for dQ (rows, LSE and Delta a column), keys x queries for
+    dK/dV (a row). dS is the gradient of the products before qk_scale: with SOFTCAP, times
+    the tanh's derivative. With MASKED, zero past the causal diagonal, the last key and the
+    window. Rows past the last query need no mask: their zero Q, dO, LSE and Delta give
+    P = 1 and dS = 0, which add nothing to dK or dV, and their dQ is never stored."""
+    if SOFTCAP:
+        capped = ct.tanh(scores * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
+        p = ct.exp2(capped * qk_scale_log2 - lse_log2, flush_to_zero=True)
+    else:
+        p = ct.exp2(scores * qk_scale_log2 - lse_log2, flush_to_zero=True)
     if MASKED:
         visible = keys < k_len
         if CAUSAL:
             visible = visible & (keys <= rows + query_offset)
+        if WINDOW:
+            diagonal = rows + query_offset
+            visible = visible & (keys >= diagonal - window_left) & \
+                (keys <= diagonal + window_right)
         # A row that sees no key has LSE -inf: exp2 gives inf there, which `where` drops.
         p = ct.where(visible, p, 0.0)
-    return p, p * (dp - delta)
+    ds = p * (dp - delta)
+    if SOFTCAP:  # d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2
+        ds = ds * (1.0 - capped * capped)
+    return p, ds
 
 
 def load_query_values(X, batch, head, q_tile, TILE_M: ConstInt):
@@ -86,7 +108,8 @@ def load_keys(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt, TRA
 def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, batch, kv_head,
                     keys, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
                     TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-                    CAUSAL: ConstBool, MASKED: ConstBool):
+                    CAUSAL: ConstBool, MASKED: ConstBool, SOFTCAP: ConstBool, tanh_scale,
+                    WINDOW: ConstBool, window_left, window_right):
     """Query tiles first_q_tile..end_q_tile-1 of each query head of the K/V head's group
     into one key tile's dK and dV, as one flat loop over (head, query tile): a loop per
     head inside a loop over the group ran 2.8x slower with four heads to a group.
@@ -101,50 +124,79 @@ def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, b
         dp_t = ct.mma(v, ct.transpose(do), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
         rows = (q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32))[None, :]
         p_t, ds_t = probabilities_and_ds(scores_t, dp_t, lse_log2[None, :], delta[None, :], rows,
-                                         keys, k_len, qk_scale_log2, query_offset, CAUSAL, MASKED)
+                                         keys, k_len, qk_scale_log2, query_offset, CAUSAL, MASKED,
+                                         SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
         dv = ct.mma(p_t.astype(Q.dtype), do, dv)
         dk = ct.mma(ds_t.astype(Q.dtype), q, dk)
     return dk, dv
 
 
 @ct.kernel
-def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int,
-         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-         CAUSAL: ConstBool):
+def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int, softcap: float,
+         window_left: int, window_right: int, TILE_D: ConstInt, TILE_M: ConstInt,
+         TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
+         WINDOW: ConstBool):
     dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, ct.bid(2), ct.bid(1), ct.bid(0), qk_scale,
-                  query_offset, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+                  query_offset, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap,
+                  WINDOW, window_left, window_right)
+
+
+def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: ConstInt,
+                      CAUSAL: ConstBool, WINDOW: ConstBool, window_left, window_right):
+    """The query tiles that see the key tile of keys k_start..k_start+TILE_N-1, in four
+    bounds (first, whole_start, whole_end, end): every row of the tiles from whole_start
+    to whole_end-1 sees all of its keys (no mask code); those from first to whole_start-1
+    (above the causal diagonal, or the window's upper edge) and, under WINDOW, from
+    whole_end to end-1 (past the window's lower edge) see part of it (masked); the others
+    see none of it and are never loaded. Keys past the last one need no mask here: they
+    reach only their own rows of dK and dV, which are never stored."""
+    end = ct.cdiv(q_len, TILE_M)
+    first, whole_start, whole_end = 0, 0, end
+    k_last = k_start + TILE_N - 1
+    if CAUSAL:
+        first = min(max(k_start - query_offset, 0) // TILE_M, end)
+        whole_start = min(ct.cdiv(max(k_last - query_offset, 0), TILE_M), end)
+    if WINDOW:  # row i sees keys i + query_offset - window_left .. + window_right
+        first = min(max(k_start - query_offset - window_right, 0) // TILE_M, end)
+        end = min(ct.cdiv(max(k_last - query_offset + window_left + 1, 0), TILE_M), end)
+        whole_start = min(max(ct.cdiv(max(k_last - query_offset - window_right, 0), TILE_M),
+                              first), end)
+        whole_end = min(max(max(k_start - query_offset + window_left + 1, 0) // TILE_M,
+                            whole_start), end)
+    return first, whole_start, whole_end, end
 
 
 def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
                   query_offset, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                  QUERY_GROUP: ConstInt, CAUSAL: ConstBool):
+                  QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, softcap,
+                  WINDOW: ConstBool, window_left, window_right):
     """One key tile of one K/V head: its rows of dK and dV, from every query that sees it
     (the variable-length kernel runs it on views of one sequence)."""
     q_len, k_len = Q.shape[2], K.shape[2]
     k_start = k_tile * TILE_N
     keys = (k_start + ct.arange(TILE_N, dtype=ct.int32))[:, None]
-    qk_scale_log2 = qk_scale * INV_LOG_2
+    qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
     k = load_keys(K, batch, kv_head, k_tile, TILE_D, TILE_N, False)
     v = load_keys(V, batch, kv_head, k_tile, TILE_D, TILE_N, False)
     dk = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
     dv = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
-    # Keys past the last one need no mask here: they reach only their own rows of dK and
-    # dV, which are never stored. Under CAUSAL the query tiles above the key tile's first
-    # key see none of it, those across the diagonal see part of it (masked), and from
-    # `unmasked_q_tile` on every row sees all of it. Grouped-query heads sum into one dK
-    # and dV.
-    num_q_tiles = ct.cdiv(q_len, TILE_M)
-    first_q_tile, unmasked_q_tile = 0, 0
-    if CAUSAL:
-        first_q_tile = min(max(k_start - query_offset, 0) // TILE_M, num_q_tiles)
-        unmasked_q_tile = min(ct.cdiv(max(k_start + TILE_N - 1 - query_offset, 0), TILE_M),
-                              num_q_tiles)
-        dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, unmasked_q_tile,
-                                 batch, kv_head, keys, k_len, qk_scale_log2, query_offset,
-                                 TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True)
-    dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, unmasked_q_tile, num_q_tiles,
-                             batch, kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
-                             TILE_M, TILE_N, QUERY_GROUP, CAUSAL, False)
+    # Grouped-query heads sum into one dK and dV.
+    first, whole_start, whole_end, end = query_tile_ranges(
+        k_start, q_len, query_offset, TILE_M, TILE_N, CAUSAL, WINDOW, window_left, window_right)
+    if CAUSAL or WINDOW:
+        dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first, whole_start, batch,
+                                 kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
+                                 TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP, tanh_scale,
+                                 WINDOW, window_left, window_right)
+    dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, whole_start, whole_end, batch,
+                             kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D, TILE_M,
+                             TILE_N, QUERY_GROUP, CAUSAL, False, SOFTCAP, tanh_scale, WINDOW,
+                             window_left, window_right)
+    if WINDOW:  # the query tiles across the window's lower edge
+        dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, whole_end, end, batch,
+                                 kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
+                                 TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP, tanh_scale,
+                                 WINDOW, window_left, window_right)
     ct.store(dK, index=(batch, kv_head, k_tile, 0),
              tile=(dk * qk_scale).reshape((1, 1, TILE_N, TILE_D)).astype(dK.dtype))
     ct.store(dV, index=(batch, kv_head, k_tile, 0),
@@ -153,7 +205,9 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_sc
 
 def accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq, first_k_tile, end_k_tile, batch,
                   kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
-                  TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool):
+                  TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool,
+                  SOFTCAP: ConstBool, tanh_scale, WINDOW: ConstBool, window_left,
+                  window_right):
     """Key tiles first_k_tile..end_k_tile-1 into one query tile's dQ."""
     for k_tile in range(first_k_tile, end_k_tile):
         k_t = load_keys(K, batch, kv_head, k_tile, TILE_D, TILE_N, True)
@@ -162,46 +216,53 @@ def accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq, first_k_tile, end_k_tile,
         dp = ct.mma(do, v_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
         keys = (k_tile * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[None, :]
         _, ds = probabilities_and_ds(scores, dp, lse_log2, delta, rows, keys, k_len,
-                                     qk_scale_log2, query_offset, CAUSAL, MASKED)
+                                     qk_scale_log2, query_offset, CAUSAL, MASKED, SOFTCAP,
+                                     tanh_scale, WINDOW, window_left, window_right)
         dq = ct.mma(ds.astype(Q.dtype), ct.transpose(k_t), dq)
     return dq
 
 
 @ct.kernel
-def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int,
-       TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-       CAUSAL: ConstBool):
+def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int, softcap: float,
+       window_left: int, window_right: int, TILE_D: ConstInt, TILE_M: ConstInt,
+       TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
+       WINDOW: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
         q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first, as in the forward's step 8
     dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
-                  TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+                  TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap, WINDOW,
+                  window_left, window_right)
 
 
 def dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
                   TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-                  CAUSAL: ConstBool):
-    """One query tile of one head: its rows of dQ, from every key it sees."""
+                  CAUSAL: ConstBool, SOFTCAP: ConstBool, softcap, WINDOW: ConstBool,
+                  window_left, window_right):
+    """One query tile of one head: its rows of dQ, from every key it sees (the key tiles
+    the forward's step 9 visits, masked where it masks)."""
     kv_head = head // QUERY_GROUP
     q_start, k_len = q_tile * TILE_M, K.shape[2]
     rows = (q_start + ct.arange(TILE_M, dtype=ct.int32))[:, None]
-    qk_scale_log2 = qk_scale * INV_LOG_2
+    qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
     q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D)
     lse_log2, delta = lse_log2[:, None], delta[:, None]
     dq_acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
-    # As in the forward's step 9: key tiles from `mask_start` on reach past the causal
-    # diagonal or the last key and are masked; the ones before run with no mask code.
-    if CAUSAL:
-        num_k_tiles = ct.cdiv(min(q_start + TILE_M + query_offset, k_len), TILE_N)
-        mask_start = min((q_start + query_offset) // TILE_N, k_len // TILE_N)
-    else:
-        num_k_tiles = ct.cdiv(k_len, TILE_N)
-        mask_start = k_len // TILE_N
-    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, 0, mask_start, batch,
-                           kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D, TILE_M,
-                           TILE_N, CAUSAL, False)
-    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, max(mask_start, 0),
-                           num_k_tiles, batch, kv_head, rows, k_len, qk_scale_log2, query_offset,
-                           TILE_D, TILE_M, TILE_N, CAUSAL, True)
+    first, whole_start, mask_start, end = key_tile_ranges(
+        q_start, q_start + TILE_M, k_len, query_offset, TILE_N, CAUSAL, WINDOW, window_left,
+        window_right)
+    if WINDOW:  # the key tiles across the window's lower edge
+        dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, first, whole_start,
+                               batch, kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D,
+                               TILE_M, TILE_N, CAUSAL, True, SOFTCAP, tanh_scale, WINDOW,
+                               window_left, window_right)
+    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, whole_start, mask_start,
+                           batch, kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D,
+                           TILE_M, TILE_N, CAUSAL, False, SOFTCAP, tanh_scale, WINDOW,
+                           window_left, window_right)
+    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc,
+                           max(mask_start, whole_start), end, batch, kv_head, rows, k_len,
+                           qk_scale_log2, query_offset, TILE_D, TILE_M, TILE_N, CAUSAL, True,
+                           SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
     ct.store(dQ, index=(batch, head, q_tile, 0),
              tile=(dq_acc * qk_scale).reshape((1, 1, TILE_M, TILE_D)).astype(dQ.dtype))

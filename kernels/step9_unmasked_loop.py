@@ -32,7 +32,8 @@ def attend(Q, K, V, q, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_le
     last_key[i] - window_left to last_key[i] + window_right."""
     for j in range(first_tile, end_tile):
         k_t = ct.load(K, index=(batch, kv_head, 0, j), shape=(1, 1, TILE_D, TILE_N),
-                      order=(0, 1, 3, 2), latency=2).reshape((TILE_D, TILE_N))
+                      order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
+                      latency=2).reshape((TILE_D, TILE_N))
         qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
         if SOFTCAP:
             qk = ct.tanh(qk * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
@@ -99,11 +100,7 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
     more logit per head, Sinks[head], in each row's softmax denominator."""
     kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
     k_len = K.shape[2]
-    qk_scale_log2 = qk_scale * INV_LOG_2
-    tanh_scale = 0.0
-    if SOFTCAP:  # softcap * tanh(qk * scale / softcap), in base 2
-        tanh_scale = qk_scale / softcap
-        qk_scale_log2 = softcap * INV_LOG_2
+    qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
 
     # Under the causal mask query row i sees keys j <= i + query_offset: 0 aligns the
     # diagonal top-left (SDPA's is_causal), k_len - q_len bottom-right (a KV-cache prefill).
@@ -117,51 +114,25 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
         l_i = ct.full((TILE_M, 1), 1.0, dtype=ct.float32)
     acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
 
-    q = ct.load(Q, index=(batch, head, q_tile, 0),
-                shape=(1, 1, TILE_M, TILE_D)).reshape((TILE_M, TILE_D))
+    q = ct.load(Q, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_D))
 
-    # Key tiles from `mask_start` on need a mask: they reach past the causal diagonal
-    # or past the last key. The ones before it run without any mask code.
-    if CAUSAL:
-        num_k_tiles = ct.cdiv(min((q_tile + 1) * TILE_M + query_offset, k_len), TILE_N)
-        mask_start = min((q_tile * TILE_M + query_offset) // TILE_N, k_len // TILE_N)
-    else:
-        num_k_tiles = ct.cdiv(k_len, TILE_N)
-        mask_start = k_len // TILE_N
-
-    if WINDOW:
-        # Three ranges: the tiles across the window's lower edge (masked), the tiles every
-        # row sees whole, the tiles across its upper edge or the last key (masked). Tiles
-        # below the window are never loaded: a window of w keys costs O(w) per row.
-        first_row_key = q_tile * TILE_M + query_offset  # the diagonal key of the first row
-        last_row_key = first_row_key + TILE_M - 1
-        if not CAUSAL:
-            num_k_tiles = ct.cdiv(max(min(last_row_key + window_right + 1, k_len), 0), TILE_N)
-            mask_start = min(max(first_row_key + window_right + 1, 0) // TILE_N,
-                             k_len // TILE_N)
-        first_tile = max(first_row_key - window_left, 0) // TILE_N
-        whole_start = min(max(ct.cdiv(max(last_row_key - window_left, 0), TILE_N), first_tile),
-                          num_k_tiles)
+    first_tile, whole_start, mask_start, num_k_tiles = key_tile_ranges(
+        q_tile * TILE_M, (q_tile + 1) * TILE_M, k_len, query_offset, TILE_N, CAUSAL, WINDOW,
+        window_left, window_right)
+    if WINDOW:  # the tiles across the window's lower edge
         m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, first_tile, whole_start, batch,
                                kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D,
-                               TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale, True,
+                               TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale, WINDOW,
                                window_left, window_right)
-        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, whole_start, mask_start, batch,
-                               kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D,
-                               TILE_M, TILE_N, CAUSAL, False, FP8, SOFTCAP, tanh_scale, True,
-                               window_left, window_right)
-        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, whole_start),
-                               num_k_tiles, batch, kv_head, k_len, last_key, offs_n_in_tile,
-                               qk_scale_log2, TILE_D, TILE_M, TILE_N, CAUSAL, True, FP8,
-                               SOFTCAP, tanh_scale, True, window_left, window_right)
-    else:
-        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, 0, mask_start, batch, kv_head, k_len,
-                               last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_M, TILE_N,
-                               CAUSAL, False, FP8, SOFTCAP, tanh_scale, False, 0, 0)
-        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, 0), num_k_tiles,
-                               batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2,
-                               TILE_D, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
-                               False, 0, 0)
+    m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, whole_start, mask_start, batch, kv_head,
+                           k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_M,
+                           TILE_N, CAUSAL, False, FP8, SOFTCAP, tanh_scale, WINDOW,
+                           window_left, window_right)
+    m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, whole_start), num_k_tiles,
+                           batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2,
+                           TILE_D, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
+                           WINDOW, window_left, window_right)
 
     out = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
     if FP8:
@@ -183,3 +154,44 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
             if not SINKS:  # with sinks the row's LSE is its sink's
                 lse = ct.where(sees_a_key, lse, -math.inf)
         ct.store(Lse, index=(batch, head, q_tile), tile=lse.reshape((1, 1, TILE_M)))
+
+
+def score_factors(qk_scale, SOFTCAP: ConstBool, softcap):
+    """(the factor that takes a raw product q.k to its score in base 2, the factor inside
+    the softcap's tanh). With SOFTCAP the score is softcap * tanh(q.k * qk_scale / softcap):
+    the tanh's argument takes qk_scale / softcap, and softcap is the base-2 factor, so the
+    cap costs one multiply and one tanh per score."""
+    qk_scale_log2 = qk_scale * INV_LOG_2
+    tanh_scale = 0.0
+    if SOFTCAP:
+        tanh_scale = qk_scale / softcap
+        qk_scale_log2 = softcap * INV_LOG_2
+    return qk_scale_log2, tanh_scale
+
+
+def key_tile_ranges(first_row, end_row, k_len, query_offset, TILE_N: ConstInt,
+                    CAUSAL: ConstBool, WINDOW: ConstBool, window_left, window_right):
+    """The key tiles the query rows first_row..end_row-1 (one query tile) see, in four bounds
+    (first, whole_start, mask_start, end): tiles from mask_start to end-1 reach past the
+    causal diagonal, the window's upper edge or the last key (masked); the ones from
+    whole_start to mask_start-1 every row sees whole (no mask code); under WINDOW the ones
+    from first to whole_start-1 cross the window's lower edge (masked), and the tiles
+    below it are never loaded: a window of w keys costs O(w) per row. Without WINDOW
+    first = whole_start = 0."""
+    if CAUSAL:
+        end = ct.cdiv(min(end_row + query_offset, k_len), TILE_N)
+        mask_start = min((first_row + query_offset) // TILE_N, k_len // TILE_N)
+    else:
+        end = ct.cdiv(k_len, TILE_N)
+        mask_start = k_len // TILE_N
+    first, whole_start = 0, 0
+    if WINDOW:
+        first_row_key = first_row + query_offset  # the diagonal key of the first row
+        last_row_key = end_row - 1 + query_offset
+        if not CAUSAL:
+            end = ct.cdiv(max(min(last_row_key + window_right + 1, k_len), 0), TILE_N)
+            mask_start = min(max(first_row_key + window_right + 1, 0) // TILE_N,
+                             k_len // TILE_N)
+        first = max(first_row_key - window_left, 0) // TILE_N
+        whole_start = min(max(ct.cdiv(max(last_row_key - window_left, 0), TILE_N), first), end)
+    return first, whole_start, mask_start, end

@@ -150,8 +150,9 @@ def backward_views(Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, K
 
 @ct.kernel
 def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
-         qk_scale: float, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-         QUERY_GROUP: ConstInt, CAUSAL: ConstBool):
+         qk_scale: float, softcap: float, window_left: int, window_right: int,
+         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+         CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
     kv_head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
@@ -161,7 +162,8 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
     num_k_tiles = ct.cdiv(k_len, TILE_N)
     if k_tile < num_k_tiles:
         dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, 0, kv_head, k_tile, qk_scale,
-                      k_len - q_len, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+                      k_len - q_len, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP,
+                      softcap, WINDOW, window_left, window_right)
     if k_tile == ct.num_blocks(0) - 1:
         for missing in range(k_tile + 1, num_k_tiles):
             nan = ct.full((1, 1, TILE_N, TILE_D), math.nan, dtype=dK.dtype)
@@ -171,8 +173,9 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
 
 @ct.kernel
 def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
-       qk_scale: float, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-       QUERY_GROUP: ConstInt, CAUSAL: ConstBool):
+       qk_scale: float, softcap: float, window_left: int, window_right: int,
+       TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+       CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
     head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
@@ -182,7 +185,8 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first
         dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, 0, head, q_tile, qk_scale, k_len - q_len,
-                      TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+                      TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap, WINDOW,
+                      window_left, window_right)
     if tile == ct.num_blocks(0) - 1:
         for missing in range(tile + 1, num_q_tiles):
             q_tile = num_q_tiles - 1 - missing if CAUSAL else missing

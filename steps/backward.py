@@ -13,6 +13,7 @@ from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
 from .launcher import causal_query_offset, device_facts, softmax_scale, with_hints
+from .variants import NO_VARIANTS, Variants
 
 ROW_DOT_TILE_M = 64
 
@@ -45,31 +46,37 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
 
 def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
                             grid_values: dict | None = None, module=kernels,
-                            entry: BackwardEntry | None = None) -> None:
+                            entry: BackwardEntry | None = None,
+                            variants: Variants = NO_VARIANTS) -> None:
     """The dK/dV and dQ launches of `families` (name -> family) with `module`'s kernels:
     arguments from `tensors` by parameter name, tiles and hints from the backward's
-    platform data for this GPU (or `entry`: the autotuner's candidates); `grid_values`
-    adds what only the grids read."""
+    platform data for this GPU (or `entry`: the autotuner's candidates), the softcap and
+    the window of `variants` compiled in; `grid_values` adds what only the grids read."""
     q, k = tensors["Q"], tensors["K"]
     head_dim = q.shape[-1]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
+    tensors = tensors | variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
+                                        sinks=None, device=q.device)
     for name, family in families.items():
         launch = entry.launches[head_dim][name]
         values = {key: tensors[key] for key in family.names if key in tensors} | \
             backward_constants(head_dim, launch.tiles, query_group=q.shape[1] // k.shape[1],
-                               causal=causal)
+                               causal=causal, variants=variants)
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),
                   family.arguments(values))
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = False,
-                       scale: float | None = None, entry: BackwardEntry | None = None):
+                       scale: float | None = None, entry: BackwardEntry | None = None,
+                       variants: Variants = NO_VARIANTS, delta: torch.Tensor | None = None):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal=causal, scale=scale)`` for the
     incoming gradient ``grad_out``; ``lse`` is the forward's (batch, heads, q_len) float32
     log-sum-exp. dk and dv have k's and v's shapes: with grouped-query heads each sums the
     gradients of the query heads that share it. `entry`: other launches than this GPU's
-    (the autotuner's candidates)."""
+    (the autotuner's candidates). `variants`: the forward's (its softcap and window; with
+    sinks the LSE holds their terms, and dq, dk, dv are the plain ones). `delta`: ``row_dot``
+    of out and grad_out where the caller made it (the sinks' gradient needs it too)."""
     batch, heads, q_len, head_dim = q.shape
     check_backward_head_dim(head_dim)
     if grad_out.shape != out.shape:
@@ -80,8 +87,8 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     scale = softmax_scale(scale, head_dim)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
-               "Delta": row_dot(out, grad_out), "dK": dk, "dV": dv, "dQ": dq,
-               "qk_scale": scale, "query_offset": query_offset or 0}
+               "Delta": row_dot(out, grad_out) if delta is None else delta, "dK": dk, "dV": dv,
+               "dQ": dq, "qk_scale": scale, "query_offset": query_offset or 0}
     launch_gradient_kernels(BACKWARD_FAMILIES, tensors, causal=query_offset is not None,
-                            entry=entry)
+                            entry=entry, variants=variants)
     return dq, dk, dv

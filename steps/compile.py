@@ -63,12 +63,13 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
 
 
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
-                     query_group: int = 1) -> bytes:
+                     query_group: int = 1, variants: Variants = NO_VARIANTS) -> bytes:
     """The cubin of the backward's "dkdv" or "dq" kernel for `arch`, at that
-    architecture's backward launch (platforms/backward.py)."""
+    architecture's backward launch (platforms/backward.py), with the softcap and window of
+    `variants` compiled in."""
     launch = backward_entry_for(arch).launches[head_dim][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
-                                   causal=causal)
+                                   causal=causal, variants=variants)
     return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
                         dtype=dtype, constants=constants, arch=arch)
 
@@ -78,8 +79,8 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
                    entry: PlatformEntry | None = None,
                    variants: Variants = NO_VARIANTS) -> bytes:
     """The cubin of a variable-length kernel ("fmha" for the forward at any head dim, with
-    `variants` up to D=256; "dkdv" or "dq", kernels/varlen.py) for `arch`, at the launch the
-    launcher takes there."""
+    `variants` up to D=256; "dkdv" or "dq", kernels/varlen.py, with their softcap and
+    window) for `arch`, at the launch the launcher takes there."""
     if name == "fmha":
         kernel, family, constants = forward_kernel(entry or entry_for(arch), head_dim=head_dim,
                                                    causal=causal, query_group=query_group,
@@ -87,7 +88,7 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
         return export_cubin(kernel, family, dtype=dtype, constants=constants, arch=arch)
     launch = backward_entry_for(arch).launches[head_dim][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
-                                   causal=causal)
+                                   causal=causal, variants=variants)
     return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
                         VARLEN_BACKWARD_FAMILIES[name], dtype=dtype, constants=constants,
                         arch=arch)

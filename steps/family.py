@@ -138,14 +138,13 @@ FORWARD_FP8 = KernelFamily(
 # each turning one variant on (Sinks, softcap and the window are read only then). The grid
 # is FORWARD's.
 VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW", "SINKS")
+_VARIANT_SCALARS = (Scalar("softcap", ct.float32), Scalar("window_left", ct.int32),
+                    Scalar("window_right", ct.int32))
 FORWARD_VARIANTS = KernelFamily(
     name="forward, variants",
     parameters=_QKV + (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
                        Tensor("Sinks", 1, ct.float32, aligned=False))
-    + _ATTENTION_SETTINGS[:2]
-    + (Scalar("softcap", ct.float32), Scalar("window_left", ct.int32),
-       Scalar("window_right", ct.int32))
-    + _ATTENTION_SETTINGS[2:] + (Constant("WRITE_LSE"),)
+    + _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _ATTENTION_SETTINGS[2:] + (Constant("WRITE_LSE"),)
     + tuple(Constant(name) for name in VARIANT_CONSTANTS),
     grid=tiles_per_head("Q", "TILE_M"),
 )
@@ -199,19 +198,27 @@ def _varlen(family: KernelFamily, grid, extra_constants: tuple[str, ...] = ()) -
                         + tuple(Constant(name) for name in extra_constants), grid=grid)
 
 
-def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
-                       causal: bool) -> dict:
-    """The compile-time parameters every attention kernel takes (the dK/dV and dQ
-    families' all of them) for one launch."""
+def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
+                        causal: bool) -> dict:
+    """The compile-time parameters every attention kernel takes for one launch."""
     return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
             "QUERY_GROUP": query_group, "CAUSAL": causal}
+
+
+def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
+                       causal: bool, variants=None) -> dict:
+    """The compile-time parameters of one dK/dV or dQ launch, with the softcap and window
+    of `variants` compiled in (steps/variants.py's Variants; None: neither)."""
+    switches = variants.constants() if variants is not None else {}
+    return attention_constants(head_dim, tiles, query_group=query_group, causal=causal) | {
+        name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS}
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                       causal: bool, write_lse: bool) -> dict:
     """The compile-time parameters of one forward launch: the FORWARD family's, and with
     tiles that tile the head dim (tile_k set) FORWARD_TILED_HEAD_DIM's."""
-    constants = backward_constants(head_dim, tiles, query_group=query_group, causal=causal)
+    constants = attention_constants(head_dim, tiles, query_group=query_group, causal=causal)
     if tiles.tile_k is not None:
         constants |= {"TILE_K": tiles.tile_k, "TILE_V": tiles.tile_v}
     return constants | {"WRITE_LSE": write_lse}
@@ -227,17 +234,22 @@ ROW_DOT = KernelFamily(
 )
 _BACKWARD_INPUTS = _QKV + (Tensor("dO", 4), Tensor("Lse", 3, ct.float32),
                            Tensor("Delta", 3, ct.float32))
+# After their tensors both take the attention settings with the softcap's and the window's
+# run-time values after the scalars (FORWARD_VARIANTS's), and SOFTCAP and WINDOW last (the
+# sinks' terms are in the LSE): each a constant that turns its variant on.
+BACKWARD_VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW")
+_BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _ATTENTION_SETTINGS[2:] \
+    + tuple(Constant(name) for name in BACKWARD_VARIANT_CONSTANTS)
 # dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V.
 DKDV = KernelFamily(
     name="backward dkdv",
-    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4), Tensor("dV", 4))
-    + _ATTENTION_SETTINGS,
+    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4), Tensor("dV", 4)) + _BACKWARD_SETTINGS,
     grid=tiles_per_head("K", "TILE_N"),
 )
 # dq(...): one CTA per TILE_M query rows of one head; dQ like Q.
 DQ = KernelFamily(
     name="backward dq",
-    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4),) + _ATTENTION_SETTINGS,
+    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4),) + _BACKWARD_SETTINGS,
     grid=tiles_per_head("Q", "TILE_M"),
 )
 

@@ -32,22 +32,53 @@ def reference(q, k, v, *, causal=False, scale: float | None = None):
     return weights @ v, lse.squeeze(-1)
 
 
-def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale):
+def visible_keys(q_len: int, k_len: int, *, offset: int, causal: bool, window=None,
+                 device=None) -> torch.Tensor:
+    """(q_len, k_len) bool, whether query row i sees key j: offset is row 0's diagonal key,
+    which the causal mask and the window (left, right: keys before and after the diagonal,
+    None for unbounded; steps/variants.py's Variants.window) are aligned to."""
+    rows = torch.arange(q_len, device=device)[:, None] + offset
+    keys = torch.arange(k_len, device=device)[None, :]
+    seen = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    if causal:
+        seen &= keys <= rows
+    left, right = window or (None, None)
+    if left is not None:
+        seen &= keys >= rows - left
+    if right is not None and not causal:
+        seen &= keys <= rows + right
+    return seen
+
+
+def reference_backward(query, key, value, out, lse, grad_out, *, causal, scale, variants=None,
+                       window_offset: int | None = None, delta=None):
     """The backward in closed form, in float64 (autograd does not run inside an op), from
     the given `lse`, which may hold more keys than these (a shard of a ring's, or a
     sink's): P = exp(scores - lse) (causal as `reference` takes it),
     dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s, summed
-    over the query heads of each K/V head."""
+    over the query heads of each K/V head. `variants`: the softcap (scores
+    c tanh(S / c), whose derivative 1 - tanh^2 multiplies dS) and the window, aligned to
+    the causal diagonal or, without one, to `window_offset` (default 0). `delta`:
+    rowsum(dO * O) where the caller has it."""
     group = query.shape[1] // key.shape[1]
     q, k, v, o, do = (t.double() for t in (query, key, value, out, grad_out))
     k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
-    p = torch.exp((q @ k.transpose(-1, -2)) * scale - lse.double()[..., None])
+    scores = (q @ k.transpose(-1, -2)) * scale
+    softcap = variants.softcap if variants is not None else None
+    if softcap is not None:
+        capped = torch.tanh(scores / softcap)
+        scores = softcap * capped
+    p = torch.exp(scores - lse.double()[..., None])
     offset = causal_query_offset(causal, q.shape[2], k.shape[2])
-    if offset is not None:
-        rows = torch.arange(q.shape[2], device=q.device)[:, None]
-        keys = torch.arange(k.shape[2], device=q.device)[None, :]
-        p = p.masked_fill(keys > rows + offset, 0.0)
-    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
+    seen = visible_keys(q.shape[2], k.shape[2], causal=offset is not None,
+                        offset=offset if offset is not None else window_offset or 0,
+                        window=variants.window if variants is not None else None,
+                        device=q.device)
+    p = p.masked_fill(~seen, 0.0)
+    delta = (do * o).sum(-1) if delta is None else delta.double()
+    ds = p * (do @ v.transpose(-1, -2) - delta[..., None])
+    if softcap is not None:
+        ds = ds * (1 - capped ** 2)
     dq, dk, dv = (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, p.transpose(-1, -2) @ do
     dk, dv = (t.unflatten(1, (-1, group)).sum(2) for t in (dk, dv))
     return tuple(t.to(query.dtype) for t in (dq, dk, dv))

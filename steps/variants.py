@@ -69,22 +69,15 @@ NO_VARIANTS = Variants()
 NO_WINDOW = -2  # operator_arguments' window side for no window
 
 
-def needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
-def refuse_gradients(variants: Variants, *tensors, sinks_differentiable: bool = False) -> None:
-    """NotImplementedError where a gradient would flow through a variant whose backward is
-    not built: the window's and the softcap's anywhere, the sinks' but in attention()
-    (`sinks_differentiable`: the plain backward on the LSE with the sinks, and dsinks)."""
-    if not needs_grad(*tensors):
-        return
-    if sinks_differentiable and variants.window is None and variants.softcap is None:
-        return
-    raise NotImplementedError(
-        "the backward of window_size and softcap is not built yet" +
-        ("" if sinks_differentiable else ", nor that of sinks outside attention()") +
-        ": inputs that require grad are refused (use torch.no_grad() for inference)")
+def sinks_gradient(sinks: torch.Tensor | None, lse: torch.Tensor,
+                   delta: torch.Tensor) -> torch.Tensor:
+    """d loss / d sinks, in sinks' dtype (None: an empty float32 tensor): a sink is a logit
+    whose value is 0, so its softmax weight P_sink = exp(sink - lse) gets
+    dS = P_sink * (0 - Delta), summed over every row of its head. lse (batch rows, heads,
+    rows) holds the sinks' terms; delta: the backward's rowsum(dO * O), of that shape."""
+    if sinks is None:
+        return lse.new_empty(0)
+    return -(torch.exp(sinks.float()[None, :, None] - lse) * delta).sum((0, 2)).to(sinks.dtype)
 
 
 def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,

@@ -129,16 +129,21 @@ VARLEN_BACKWARD_FAMILIES = {"dkdv": DKDV_VARLEN, "dq": DQ_VARLEN}
 
 def varlen_backward(q, k, v, out, lse, grad_out, bounds: SequenceBounds, max_seqlen_q: int,
                     max_seqlen_k: int, *, causal: bool, scale: float,
-                    fill: float | None = None):
+                    fill: float | None = None, variants: Variants = NO_VARIANTS,
+                    delta: torch.Tensor | None = None):
     """(dq, dk, dv) of ``varlen_forward``'s out for the incoming gradient `grad_out` (out's
-    shape, last dimension contiguous); `lse` is the forward's. With grouped-query heads dk
-    and dv sum the gradients of the query heads that share them."""
+    shape, last dimension contiguous); `lse` is the forward's, `variants` its softcap and
+    window (the sinks' terms are in the LSE); `delta`: ``row_dot`` of out and grad_out
+    where the caller made it. With grouped-query heads dk and dv sum the gradients of the
+    query heads that share them."""
     check_backward_head_dim(q.shape[-1])
     dq, dk, dv = (_filled(torch.empty_like(t), fill) for t in (q, k, v))
     tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
-               "Delta": row_dot(out, grad_out), "dK": dk, "dV": dv, "dQ": dq,
+               "Delta": row_dot(out, grad_out) if delta is None else delta, "dK": dk, "dV": dv,
+               "dQ": dq,
                **bounds.values(), "qk_scale": scale}
     launch_gradient_kernels(VARLEN_BACKWARD_FAMILIES, tensors, causal=causal,
                             grid_values={"max_seqlen_q": max_seqlen_q,
-                                         "max_seqlen_k": max_seqlen_k}, module=kernels)
+                                         "max_seqlen_k": max_seqlen_k}, module=kernels,
+                            variants=variants)
     return dq, dk, dv

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cutile_fmha.steps.launcher import causal_query_offset
-from cutile_fmha.steps.reference import reference, reference_backward
+from cutile_fmha.steps.reference import reference, reference_backward, visible_keys
 
 
 def reference_forward_launch(query, key, value, causal: str, scale: float, with_lse: bool):
@@ -30,16 +30,8 @@ def reference_with_variants(query, key, value, *, offset: int, causal: bool, sca
     scores = q @ k.transpose(-1, -2) * scale
     if variants.softcap is not None:
         scores = variants.softcap * torch.tanh(scores / variants.softcap)
-    rows = torch.arange(q.shape[2])[:, None] + offset
-    keys = torch.arange(k.shape[2])[None, :]
-    seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool)
-    if causal:
-        seen &= keys <= rows
-    left, right = variants.window or (None, None)
-    if left is not None:
-        seen &= keys >= rows - left
-    if right is not None and not causal:
-        seen &= keys <= rows + right
+    seen = visible_keys(q.shape[2], k.shape[2], offset=offset, causal=causal,
+                        window=variants.window)
     scores = scores.masked_fill(~seen, -math.inf)
     if sinks is not None:
         scores = torch.cat([scores, sinks.double()[None, :, None, None].expand(
@@ -111,8 +103,9 @@ def reference_varlen_forward(q, k, v, bounds, max_seqlen_q, *, causal, scale, wi
 
 
 def reference_varlen_backward(q, k, v, out, lse, grad_out, bounds, max_seqlen_q, max_seqlen_k,
-                              *, causal, scale, fill=None):
-    """steps.varlen.varlen_backward in float64, sequence by sequence."""
+                              *, causal, scale, fill=None, variants=None, delta=None):
+    """steps.varlen.varlen_backward in float64, sequence by sequence (each window aligned
+    to the sequence's last key)."""
     grads = [torch.full_like(t, 0.0 if fill is None else fill) for t in (q, k, v)]
     for t in grads[1:]:  # keys no query sees get 0 (written by the kernels too)
         for _, _, kb, keys in _sequences(q, k, bounds):
@@ -124,7 +117,9 @@ def reference_varlen_backward(q, k, v, out, lse, grad_out, bounds, max_seqlen_q,
         per_sequence = reference_backward(
             q[qb:qb + 1, :, rows], k[kb:kb + 1, :, keys], v[kb:kb + 1, :, keys],
             out[qb:qb + 1, :, rows], lse[qb:qb + 1, :, rows], grad_out[qb:qb + 1, :, rows],
-            causal=_alignment(causal), scale=scale)
+            causal=_alignment(causal), scale=scale, variants=variants,
+            window_offset=(keys.stop - keys.start) - (rows.stop - rows.start),
+            delta=None if delta is None else delta[qb:qb + 1, :, rows])
         for grad, part, batch, where in zip(grads, per_sequence, (qb, kb, kb), (rows, keys, keys)):
             grad[batch, :, where] += part[0]
     return tuple(grads)
@@ -136,12 +131,22 @@ def kernels_on_the_cpu(monkeypatch):
     transformers backend) and attention_varlen's with the kernels replaced by the
     reference, so it runs on the CPU; the kernels themselves are checked on the GPU
     (test_gpu_*.py). Gives the calls made, by kind."""
+    import cutile_fmha.dropin as dropin
+    import cutile_fmha.varlen as varlen
+
+    for module in (dropin, varlen):
+        monkeypatch.setattr(module, "row_dot", reference_row_dot)
     return count_kernel_calls(monkeypatch, forward=reference_forward_launch,
                               variants=reference_variants_launch,
                               backward=reference_backward,
                               varlen_forward=reference_varlen_forward,
                               varlen_backward=reference_varlen_backward,
                               decode=reference_kvcache)
+
+
+def reference_row_dot(out, grad_out):
+    """Stands in for the backward's row_dot kernel: rowsum(out * grad_out), float32."""
+    return (out.double() * grad_out.double()).sum(-1).float()
 
 
 @pytest.fixture

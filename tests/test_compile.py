@@ -206,3 +206,26 @@ def test_variable_length_forward_compiles_with_the_variants(arch, variants, vari
     cubin = compile_varlen("fmha", arch, dtype=dtype, head_dim=128, causal=causal,
                            write_lse=write_lse, query_group=group, variants=variants)
     assert cubin[:4] == b"\x7fELF"
+
+
+# The backward with the softcap and the window (the sinks need no constant there): dK/dV and
+# dQ, dense and variable-length, with each variant in turn on sm_90, one on each other
+# architecture.
+def _backward_variant_cases():
+    backward_variants = VARIANT_CASES[:2] + VARIANT_CASES[3:]
+    for index, (name, varlen) in enumerate([(n, v) for v in (False, True) for n in ("dkdv", "dq")]):
+        yield (FULL_GRID_ARCH, name, varlen, HEAD_DIMS[index % len(HEAD_DIMS)],
+               backward_variants[index % len(backward_variants)], index % 2 == 0)
+    for index, arch in enumerate(OTHER_ARCHS):
+        yield (arch, ("dkdv", "dq")[index % 2], index % 2 == 1, 128,
+               backward_variants[index % len(backward_variants)], True)
+
+
+@pytest.mark.parametrize("arch,name,varlen,head_dim,variants,causal",
+                         list(_backward_variant_cases()))
+def test_backward_kernels_compile_with_the_variants(arch, name, varlen, head_dim, variants,
+                                                    causal):
+    compile_one = compile_varlen if varlen else compile_backward
+    cubin = compile_one(name, arch, dtype="bfloat16", head_dim=head_dim, causal=causal,
+                        query_group=2, variants=variants)
+    assert cubin[:4] == b"\x7fELF"

@@ -107,10 +107,15 @@ def test_no_variant_asked_is_the_plain_kernel(monkeypatch):
     assert attention(*qkv(), sinks=torch.zeros(4)) == "variants"
 
 
-def test_sinks_gradients_match_float64_autograd(kernels_on_the_cpu):
-    """With sinks alone attention() is differentiable: dQ, dK, dV through the plain
-    backward on the LSE that holds the sinks, and dsinks, against autograd through the
-    float64 reference (the kernels replaced by float64 on the CPU)."""
+VARIANT_OPTIONS = [{"sinks": True}, {"softcap": 5.0}, {"window_size": (5, 3)},
+                   {"window_size": (9, 0), "softcap": 4.0, "sinks": True}]
+
+
+@pytest.mark.parametrize("options", VARIANT_OPTIONS, ids=lambda o: "+".join(o))
+def test_variants_gradients_match_float64_autograd(options, kernels_on_the_cpu):
+    """attention() with the variants is differentiable: dQ, dK, dV through the backward
+    with the softcap and window, on the LSE that holds the sinks, and dsinks, against
+    autograd through the float64 reference (the kernels replaced by float64 on the CPU)."""
     from conftest import reference_with_variants
 
     from cutile_fmha.steps.variants import Variants
@@ -120,26 +125,23 @@ def test_sinks_gradients_match_float64_autograd(kernels_on_the_cpu):
                for h in (4, 2, 2))
     sinks, grad = torch.randn(4, generator=generator), torch.randn(2, 4, 24, 64,
                                                                     generator=generator)
+    window = options.get("window_size")
+    variants = Variants(window=window, softcap=options.get("softcap"),
+                        sinks="sinks" in options)
     for causal in (False, True):
         leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
-        attention(*leaves[:3], is_causal=causal, enable_gqa=True, sinks=leaves[3]).backward(
+        attention(*leaves[:3], is_causal=causal, enable_gqa=True,
+                  sinks=leaves[3] if variants.sinks else None,
+                  window_size=window or (-1, -1), softcap=variants.softcap).backward(
             grad.double())
         wide = [t.detach().double().requires_grad_() for t in (q, k, v, sinks)]
         out, _ = reference_with_variants(*wide[:3], offset=0, causal=causal, scale=64 ** -0.5,
-                                         variants=Variants(sinks=True), sinks=wide[3])
+                                         variants=variants,
+                                         sinks=wide[3] if variants.sinks else None)
         out.backward(grad.double())
-        for mine, theirs in zip(leaves, wide):
+        for mine, theirs in list(zip(leaves, wide))[:4 if variants.sinks else 3]:
             torch.testing.assert_close(mine.grad.double(), theirs.grad, rtol=1e-5, atol=1e-6)
     assert kernels_on_the_cpu == {"variants": 2, "backward": 2}
-
-
-def test_window_and_softcap_refuse_gradients(kernels_on_the_cpu):
-    q, k, v = (t.requires_grad_() for t in qkv())
-    for options in ({"softcap": 10.0}, {"window_size": (8, 0)},
-                    {"softcap": 10.0, "sinks": torch.zeros(4)}):
-        with pytest.raises(NotImplementedError, match="backward of window_size and softcap "
-                                                      "is not built yet"):
-            attention(q, k, v, **options)
 
 
 def test_no_backward_past_head_dim_256():
@@ -215,8 +217,11 @@ def test_custom_ops_give_torch_compile_their_output_shapes():
         assert out.shape == q.shape and out.dtype == q.dtype
         assert lse.shape == (2, 8, 100) and lse.dtype == torch.float32
         assert torch.ops.cutile_fmha.forward(q, k, k, "none", 0.125, False)[1].numel() == 0
-        dq, dk, dv = torch.ops.cutile_fmha.backward(out, q, k, k, out, lse, "none", 0.125)
-        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+        for sinks in (None, torch.empty(8)):
+            dq, dk, dv, dsinks = torch.ops.cutile_fmha.backward(out, q, k, k, out, lse, sinks,
+                                                                "none", 0.125, 64, 0, 30.0)
+            assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+            assert dsinks.shape == ((0,) if sinks is None else (8,))
 
 
 def cpu_inputs(dtype=torch.float32):

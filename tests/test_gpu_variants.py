@@ -13,6 +13,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right
 
 from cutile_fmha import attention, attention_with_lse
+from cutile_fmha.steps.reference import visible_keys
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -23,18 +24,10 @@ EPSILON = {torch.float16: 1e-3, torch.bfloat16: 4e-3}
 
 
 def visible(q_len, k_len, offset, causal, window, device):
-    """(q_len, k_len) bool: which keys each row sees; offset: the diagonal's."""
-    diagonal = torch.arange(q_len, device=device)[:, None] + offset
-    keys = torch.arange(k_len, device=device)[None, :]
-    seen = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
-    if causal:
-        seen &= keys <= diagonal
-    left, right = window
-    if left != -1:
-        seen &= keys >= diagonal - left
-    if right != -1 and not causal:
-        seen &= keys <= diagonal + right
-    return seen
+    """(q_len, k_len) bool: which keys each row sees; offset: the diagonal's; window as
+    flash-attn's window_size."""
+    return visible_keys(q_len, k_len, offset=offset, causal=causal, device=device,
+                        window=tuple(None if side == -1 else side for side in window))
 
 
 def reference(q, k, v, seen, scale, softcap=None, sinks=None):
@@ -134,32 +127,61 @@ def test_a_window_wider_than_the_sequence_is_plain_attention():
             - plain.float()).abs().max() <= 1e-2
 
 
-def test_window_and_softcap_refuse_gradients_until_their_backward_exists():
-    q, k, v = (t.requires_grad_() for t in inputs(1, 2, 2, 64, 64, 64, "float16", seed=1))
-    for options in ({"softcap": 10.0}, {"window_size": (8, 0)}):
-        with pytest.raises(NotImplementedError, match="window_size and softcap is not built"):
-            attention(q, k, v, **options)
-        with torch.no_grad():
-            attention(q, k, v, **options)
+GRADIENT_CASES = {  # name: (causal, window, softcap, sinks, q_len, k_len, kv_heads)
+    "window": (False, (70, 30), None, False, 333, 333, 4),
+    "window+causal+gqa": (True, (100, -1), None, False, 333, 333, 2),
+    "window+bottom_right": ("bottom_right", (90, -1), None, False, 150, 400, 2),
+    "softcap": (False, (-1, -1), 5.0, False, 333, 333, 2),
+    "softcap+causal": (True, (-1, -1), 5.0, False, 333, 333, 4),
+    "sinks+causal": (True, (-1, -1), None, True, 333, 333, 2),
+    "all": (True, (61, -1), 5.0, True, 413, 413, 2),
+}
 
 
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_sinks_gradients_match_float64_autograd(causal, head_dim):
-    """dQ, dK, dV and dsinks with sinks alone, GQA, against autograd through the float64
-    reference (within a fixed fraction of each gradient's largest entry)."""
-    q, k, v = inputs(2, 8, 2, 333, 333, head_dim, "bfloat16", seed=head_dim)
-    sinks = torch.randn(8, device="cuda")
+def relative_gradient_errors(leaves, wide, names=("dq", "dk", "dv", "dsinks")) -> dict:
+    """Per gradient, its largest error against the float64 one over the latter's largest
+    entry."""
+    return {name: ((mine.grad.double() - theirs.grad).abs().max()
+                   / theirs.grad.abs().max()).item()
+            for name, mine, theirs in zip(names, leaves, wide)}
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
+def test_variants_gradients_match_float64_autograd(case, head_dim):
+    """dQ, dK, dV (and dsinks) of attention() with the window, softcap and sinks, GQA, both
+    alignments, lengths that are no tile multiple, against autograd through the float64
+    reference. Where SDPA can express the case (a window is a boolean mask) within twice
+    its error on the same inputs; else within 2% of each gradient's largest entry."""
+    causal, window, softcap, with_sinks, q_len, k_len, kv_heads = GRADIENT_CASES[case]
+    dtype = "bfloat16" if head_dim == 128 else "float16"
+    q, k, v = inputs(2, 8, kv_heads, q_len, k_len, head_dim, dtype, seed=head_dim + q_len)
+    q = q * 3 if softcap else q  # scores of several units, so that a cap of 5 bites
+    sinks = torch.randn(8, device="cuda") if with_sinks else None
     grad = torch.randn_like(q)
-    leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
-    attention(*leaves[:3], is_causal=causal, enable_gqa=True, sinks=leaves[3]).backward(grad)
-    wide = [t.detach().double().requires_grad_() for t in (q, k, v, sinks)]
-    seen = visible(333, 333, 0, causal, (-1, -1), q.device)
-    expected, _ = reference(*wide[:3], seen, head_dim ** -0.5, None, wide[3])
+    offset = k_len - q_len if causal == "bottom_right" else 0
+    seen = visible(q_len, k_len, offset, bool(causal), window, q.device)
+    assert seen.any(-1).all()  # every row sees a key: SDPA's gradients are finite
+    mask = causal_lower_right(q_len, k_len) if causal == "bottom_right" else None
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)] + \
+        ([sinks.clone().requires_grad_()] if with_sinks else [])
+    attention(*leaves[:3], attn_mask=mask, is_causal=causal is True, enable_gqa=True,
+              window_size=window, softcap=softcap,
+              sinks=leaves[3] if with_sinks else None).backward(grad)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    expected, _ = reference(*wide[:3], seen, head_dim ** -0.5, softcap,
+                            wide[3] if with_sinks else None)
     expected.backward(grad.double())
-    for name, mine, theirs in zip(("dq", "dk", "dv", "dsinks"), leaves, wide):
-        error = (mine.grad.double() - theirs.grad).abs().max()
-        assert error <= 2e-2 * theirs.grad.abs().max(), (name, error)
+    errors = relative_gradient_errors(leaves, wide)
+    if softcap is None and not with_sinks:
+        sdpa = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        torch.nn.functional.scaled_dot_product_attention(
+            *sdpa, attn_mask=seen, enable_gqa=True).backward(grad)
+        sdpa_errors = relative_gradient_errors(sdpa, wide)
+        for name, error in sdpa_errors.items():
+            assert errors[name] <= 2 * error + 1e-3, (name, errors, sdpa_errors)
+    else:
+        assert max(errors.values()) <= 2e-2, errors
 
 
 def test_variants_compile_with_torch_compile():
@@ -234,3 +256,47 @@ def test_kvcache_takes_the_variants_on_a_dense_cache(q_len):
         assert (out[b:b + 1].double() - expected).abs().max() <= \
             TOLERANCE[query.dtype] * max(expected.abs().max(), 1)
         assert torch.allclose(lse[b:b + 1].double(), expected_lse, atol=2e-3)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("case", ["window+softcap", "all"])
+def test_packed_sequences_gradients_with_the_variants(head_dim, causal, case):
+    """attention_varlen's dq, dk, dv (and dsinks) with the window and softcap, GQA, each
+    sequence's window at its last key, against autograd through the float64 reference per
+    sequence: lengths 0, 1 and no tile multiple, and with sinks (which give rows that see
+    no key a finite LSE) more queries than keys."""
+    from cutile_fmha import attention_varlen
+
+    with_sinks = case == "all"
+    q_lens, k_lens = ([300, 0, 1, 77, 130, 64], [300, 5, 40, 0, 200, 30]) if with_sinks else \
+        ([300, 0, 1, 77, 130, 64], [300, 5, 40, 90, 200, 64])
+    heads, kv_heads = 8, 2
+    generator = torch.Generator(device="cuda").manual_seed(head_dim + len(case) + causal)
+    q, k, v = (torch.randn(sum(lens), h, head_dim, generator=generator, device="cuda",
+                           dtype=torch.bfloat16)
+               for lens, h in ((q_lens, heads), (k_lens, kv_heads), (k_lens, kv_heads)))
+    q = q * 2
+    window, softcap = (50, -1 if causal else 20), 8.0
+    sinks = torch.randn(heads, device="cuda") if with_sinks else None
+    grad = torch.randn_like(q)
+    cu_q, cu_k = (torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+                  for lens in (q_lens, k_lens))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)] + \
+        ([sinks.clone().requires_grad_()] if with_sinks else [])
+    attention_varlen(*leaves[:3], cu_q, cu_k, max(q_lens), max(k_lens), is_causal=causal,
+                     window_size=window, softcap=softcap,
+                     sinks=leaves[3] if with_sinks else None).backward(grad)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    for s, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
+        if q_len == 0 or (k_len == 0 and not with_sinks):
+            continue
+        rows, keys = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+        one = [t[part].transpose(0, 1)[None]
+               for t, part in ((wide[0], rows), (wide[1], keys), (wide[2], keys))]
+        seen = visible(q_len, k_len, k_len - q_len, causal, window, q.device)
+        expected, _ = reference(*one, seen, head_dim ** -0.5, softcap,
+                                wide[3] if with_sinks else None)
+        expected.backward(grad[rows].transpose(0, 1)[None].double())
+    errors = relative_gradient_errors(leaves, wide)
+    assert max(errors.values()) <= 2e-2, errors

@@ -15,15 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from cutile_fmha.kernels import backward as backward_kernels
 from cutile_fmha.kernels import step5_occupancy, step6_approx_div, step9_unmasked_loop
 from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, entry_for
+from cutile_fmha.platforms.backward import backward_entry_for
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.compile import (compile_fp8, compile_step, compile_variants,
-                                       compile_varlen, export_cubin, resource_usage, sass)
+from cutile_fmha.steps.backward import BACKWARD_FAMILIES, backward_kernel
+from cutile_fmha.steps.compile import (compile_backward, compile_fp8, compile_step,
+                                       compile_variants, compile_varlen, export_cubin,
+                                       resource_usage, sass)
 from cutile_fmha.steps.definitions import fastest_step, step_of
-from cutile_fmha.steps.family import forward_constants
+from cutile_fmha.steps.family import backward_constants, forward_constants
 from cutile_fmha.steps.variants import Variants
 
 pytestmark = pytest.mark.skipif(
@@ -81,16 +85,21 @@ class _DeleteBranches(ast.NodeTransformer):
         return node
 
 
-def kernel_without(step: int, folder: Path, *constants: str):
-    """The step's kernel compiled from a copy of its module with the code under the
-    `constants` deleted (what runs when they are off kept)."""
-    source = Path(STEPS[step].source_file).read_text()
-    path = folder / f"step{step}_without_{'_'.join(constants).lower()}.py"
+def module_without(source_file: str, folder: Path, *constants: str):
+    """A copy of the kernels' module `source_file` with the code under the `constants`
+    deleted (what runs when they are off kept)."""
+    source = Path(source_file).read_text()
+    path = folder / f"{Path(source_file).stem}_without_{'_'.join(constants).lower()}.py"
     path.write_text(ast.unparse(_DeleteBranches(constants).visit(ast.parse(source))))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.fmha
+    return module
+
+
+def kernel_without(step: int, folder: Path, *constants: str):
+    """The step's kernel from ``module_without`` its module."""
+    return module_without(STEPS[step].source_file, folder, *constants).fmha
 
 
 def sm90_sass(step: int, kernel, *, write_lse: bool) -> str:
@@ -123,6 +132,20 @@ def test_variant_branches_cost_the_plain_kernel_nothing(variant, tmp_path):
         sm90_sass(step, kernel_without(step, tmp_path, variant), write_lse=False)
 
 
+@pytest.mark.parametrize("name", ["dkdv", "dq"])
+def test_backward_variant_branches_cost_the_plain_backward_nothing(name, tmp_path):
+    """The backward's SOFTCAP and WINDOW off (every plain backward launch): the sm_90
+    machine code is that of kernels/backward.py with their branches deleted."""
+    launch = backward_entry_for("sm_90").launches[128][name]
+    constants = backward_constants(128, launch.tiles, query_group=2, causal=True)
+    without = module_without(backward_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW")
+    assert sass(compile_backward(name, "sm_90", dtype="bfloat16", head_dim=128, causal=True,
+                                 query_group=2)) == \
+        sass(export_cubin(backward_kernel(name, launch.num_worker_warps, without),
+                          BACKWARD_FAMILIES[name], dtype="bfloat16", constants=constants,
+                          arch="sm_90"))
+
+
 def test_softcap_is_one_hardware_tanh_per_score_and_window_and_sinks_spill_nothing():
     """The variants' kernel with everything on at D=128, causal: MUFU.TANH (no software
     tanh), warpgroup MMA and TMA loads, no spill."""
@@ -132,6 +155,18 @@ def test_softcap_is_one_hardware_tanh_per_score_and_window_and_sinks_spill_nothi
     usage, code = resource_usage(cubin), sass(cubin)
     assert "MUFU.TANH" in code and "HGMMA" in code and "UTMALDG" in code
     assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+
+
+@pytest.mark.parametrize("name", ["dkdv", "dq"])
+def test_backward_softcap_is_a_hardware_tanh_and_the_variants_spill_little(name):
+    """dK/dV and dQ with the softcap and window at D=128, causal: warpgroup MMA, TMA loads,
+    MUFU.TANH, and at most the few spilled registers the autotuner allows (the softcap's
+    dK/dV spills 8-40 bytes: docs/performance.md)."""
+    cubin = compile_backward(name, "sm_90", dtype="bfloat16", head_dim=128, causal=True,
+                             query_group=2, variants=Variants(window=(256, None), softcap=30.0))
+    usage, code = resource_usage(cubin), sass(cubin)
+    assert "MUFU.TANH" in code and "HGMMA" in code and "UTMALDG" in code
+    assert int(re.search(r"STACK:(\d+)", usage)[1]) <= MAX_STACK_BYTES, usage
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

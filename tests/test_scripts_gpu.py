@@ -101,7 +101,8 @@ def test_llama_demo_end_to_end(capsys, kernel_calls):
     assert "tokens/s" in printed and printed.rstrip().endswith("OK")
     # two layers, as in test_transformers_backend.py's CPU run of the demo
     assert kernel_calls == {"forward": 2 * (1 + 4 + 4), "backward": 2 * 4,
-                            "varlen_forward": 2 * (1 + 4 + 5 * 3 + 4), "varlen_backward": 2 * 4}
+                            "varlen_forward": 2 * (1 + 4 + 5 + 4), "varlen_backward": 2 * 4,
+                            "decode": 2 * 5 * 2}
 
 
 @pytest.mark.parametrize("architecture", ["gemma2", "gpt-oss"])

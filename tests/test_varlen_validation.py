@@ -158,3 +158,39 @@ def test_variants_run_head_dims_64_to_256():
     q, k, v = packed(head_dim=320)
     with pytest.raises(ValueError, match="window_size, softcap and sinks run head dims"):
         attention_varlen(q, k, v, cu(), cu(), 8, 8, softcap=30.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_variants_gradients_per_sequence_match_float64_autograd(causal, kernels_on_the_cpu):
+    """The variable-length operator with softcap, window and sinks is differentiable in
+    query, key, value and sinks: against autograd through the float64 reference run per
+    sequence (its window aligned to the sequence's last key), with sequences whose query
+    and key lengths differ (the kernels replaced by float64 on the CPU)."""
+    from conftest import reference_with_variants
+
+    from cutile_fmha.steps.variants import Variants
+    from cutile_fmha.steps.varlen import SequenceBounds
+    from cutile_fmha.varlen import varlen_attention
+
+    generator = torch.Generator().manual_seed(5)
+    cu_q, cu_k = cu((0, 5, 12, 20)), cu((0, 9, 12, 22))
+    q, k, v = (torch.randn(1, h, rows, 64, generator=generator, dtype=torch.float64)
+               for h, rows in ((4, 20), (2, 22), (2, 22)))
+    sinks, grad = torch.randn(4, generator=generator), torch.randn(1, 4, 20, 64,
+                                                                    generator=generator)
+    variants = Variants(window=(4, 2), softcap=3.0, sinks=True)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
+    out, _ = varlen_attention(*leaves[:3], SequenceBounds.packed(cu_q, cu_k), 8, 9,
+                              causal=causal, scale=None, variants=variants, sinks=leaves[3])
+    out.backward(grad)
+    wide = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    for qs, qe, ks, ke in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(),
+                              cu_k[1:].tolist()):
+        one, _ = reference_with_variants(wide[0][:, :, qs:qe], wide[1][:, :, ks:ke],
+                                         wide[2][:, :, ks:ke], offset=(ke - ks) - (qe - qs),
+                                         causal=causal, scale=64 ** -0.5, variants=variants,
+                                         sinks=wide[3])
+        one.backward(grad[:, :, qs:qe])
+    for mine, theirs in zip(leaves, wide):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert kernels_on_the_cpu["varlen_forward"] == kernels_on_the_cpu["varlen_backward"] == 1
