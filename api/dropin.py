@@ -13,9 +13,10 @@ import torch
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward, row_dot
-from .steps.launcher import (LaunchPlan, Names, _check_devices, build_plan, causal_query_offset,
-                             softmax_scale, unused_lse)
-from .steps.variants import VARIANT_HEAD_DIMS, Variants, sinks_gradient, variants_forward
+from .steps.launcher import (HEAD_DIMS, LaunchPlan, Names, _check_devices, _check_shapes,
+                             build_plan, causal_query_offset, is_padded, softmax_scale,
+                             unused_lse)
+from .steps.variants import NO_VARIANTS, Variants, sinks_gradient, variants_forward
 
 __all__ = ["attention", "attention_with_lse"]
 
@@ -226,9 +227,9 @@ def _check_variants(query, window_size, softcap, sinks) -> Variants:
                              f"{tuple(sinks.shape)}")
     variants = Variants(window=window, softcap=None if softcap is None else float(softcap),
                         sinks=sinks is not None)
-    if variants.any and query.shape[-1] not in VARIANT_HEAD_DIMS:
-        raise ValueError(f"window_size, softcap and sinks run head dims {VARIANT_HEAD_DIMS}, got "
-                         f"{query.shape[-1]}")
+    if variants.any and query.shape[-1] > HEAD_DIMS[-1]:
+        raise ValueError(f"window_size, softcap and sinks run head dims up to {HEAD_DIMS[-1]}, "
+                         f"got {query.shape[-1]}")
     return variants
 
 
@@ -248,7 +249,8 @@ def _forward_variants(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 @_forward_variants.register_fake
 def _(query, key, value, sinks, causal, scale, with_lse, window_left, window_right, softcap):
     lse_shape = query.shape[:-1] if with_lse else (0,)
-    return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+    return (query.new_empty(query.shape[:-1] + value.shape[-1:]),
+            query.new_empty(lse_shape, dtype=torch.float32))
 
 
 def _save_variants_for_backward(ctx, inputs, output):
@@ -273,11 +275,20 @@ _forward_variants.register_autograd(_variants_gradients,
                                     setup_context=_save_variants_for_backward)
 
 
+def _check_padded_shapes(query, key, value) -> None:
+    _check_shapes(query, key, value, SDPA_NAMES, padded=True)
+    _check_devices([("query", query), ("key", key), ("value", value)])
+
+
+# Shape keys whose tensors the variants' kernel has checked.
+_PADDED_CHECKED: dict[tuple, None] = {}
+
+
 def variants_launch(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
                     variants: Variants):
-    """(out, lse or None) of the variants' kernel, after the shape checks of a plain call's
-    plan (made once per shape key)."""
-    plan_for(query, key, value, causal, scale, with_lse)
+    """(out, lse or None) of the variants' kernel (any head dim it pads, value's possibly
+    not query's), the shapes checked once per shape key."""
+    checked_once(_PADDED_CHECKED, _check_padded_shapes, (query, key, value), tensors=3)
     query_offset = causal_query_offset(_launcher_causal(causal), query.shape[2], key.shape[2])
     if sinks is not None:
         _check_devices([("query", query), ("sinks", sinks)])
@@ -302,6 +313,15 @@ def run_variants(query, key, value, sinks, causal: str, scale: float, with_lse: 
     return variants_launch(query, key, value, sinks, causal, scale, with_lse, variants)
 
 
+def run_attention(query, key, value, causal: str, scale: float, with_lse: bool,
+                  variants: Variants = NO_VARIANTS, sinks=None):
+    """(out, lse or None): the variants' kernel where a variant is asked for or the head
+    dims need padding (``is_padded``), else the fastest step."""
+    if variants.any or is_padded(query, value):
+        return run_variants(query, key, value, sinks, causal, scale, with_lse, variants)
+    return run_forward(query, key, value, causal, scale, with_lse)
+
+
 def run_forward(query, key, value, causal: str, scale: float, with_lse: bool):
     """(out, lse or None) through the custom operator where autograd or torch.compile needs
     it, else straight to the launch (the operator's dispatch costs more than the launch)."""
@@ -317,10 +337,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
               sinks=None) -> torch.Tensor:
     """A drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
 
-    query: (batch, heads, q_len, D); key, value: (batch, kv_heads, k_len, D); float16 or
-    bfloat16 on one CUDA device, last dimension contiguous; D 64, 128, 256 or a multiple
-    of 64 from 320 to 1024 but 832 (steps 10-11 tile the head dim; forward only: a
-    backward past D=256 raises ValueError).
+    query, key: (batch, heads, q_len, D), (batch, kv_heads, k_len, D); value (batch,
+    kv_heads, k_len, D_v); float16 or bfloat16 on one CUDA device, last dimension
+    contiguous. D and D_v: any multiple of 8 up to 256 (64, 128 and 256 run the fastest
+    step; the others, and D_v other than D as DeepSeek's 192/128, run step 9's code on
+    tiles of the next of 64/128/256, zero-padded), or D = D_v a multiple of 64 from 320 to
+    1024 but 832 (steps 10-11 tile the head dim; forward only: a backward past D=256
+    raises ValueError). The output has value's head dim.
     attn_mask: None, or a ``CausalBias`` from ``torch.nn.attention.bias``:
         ``causal_upper_left(q_len, k_len)`` (the same as is_causal=True) or
         ``causal_lower_right(q_len, k_len)`` (query i sees keys 0..i + k_len - q_len, as in
@@ -331,7 +354,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     enable_gqa: allow kv_heads < heads (heads a multiple of kv_heads); query head h reads
         K/V head h // (heads // kv_heads), with no copy of K or V.
 
-    Beyond SDPA, keyword-only (D 64/128/256, forward and backward, differentiable in
+    Beyond SDPA, keyword-only (D up to 256, forward and backward, differentiable in
     query, key, value and sinks):
     window_size: (left, right), flash-attn's sliding window: query i sees keys from
         i - left to i + right around its diagonal key i (i + k_len - q_len under
@@ -348,9 +371,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     variants = _check_variants(query, window_size, softcap, sinks)
-    if variants.any:
-        return run_variants(query, key, value, sinks, causal, scale, False, variants)[0]
-    return run_forward(query, key, value, causal, scale, False)[0]
+    return run_attention(query, key, value, causal, scale, False, variants, sinks)[0]
 
 
 def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -365,7 +386,5 @@ def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     variants = _check_variants(query, window_size, softcap, sinks)
-    if variants.any:
-        return run_variants(query, key, value, sinks, causal, scale, True, variants)
-    out, lse = run_forward(query, key, value, causal, scale, True)
+    out, lse = run_attention(query, key, value, causal, scale, True, variants, sinks)
     return out, lse.detach()

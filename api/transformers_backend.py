@@ -31,7 +31,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import kvcache
-from .dropin import _check_variants, needs_grad, run_forward, run_variants
+from .dropin import _check_variants, needs_grad, run_attention
 from .steps.variants import NO_VARIANTS
 from .steps.launcher import softmax_scale
 from .steps.varlen import SequenceBounds, packed_bounds
@@ -233,14 +233,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         else:
             out, _ = varlen_attention(query, key, value, bounds, q_len, k_len, causal=causal,
                                       scale=scaling, fill=0.0, variants=variants, sinks=sinks)
-    elif variants.any:
-        out, _ = run_variants(query, key, value, sinks, "bottom_right" if is_causal else "none",
-                              softmax_scale(scaling, query.shape[-1]), False, variants)
     elif decode:
         out = kvcache.attention_with_kvcache(query, key, value, is_causal=causal, scale=scaling)
     else:
-        out, _ = run_forward(query, key, value, "bottom_right" if causal else "none",
-                             softmax_scale(scaling, query.shape[-1]), False)
+        aligned = is_causal if variants.any else causal  # a window keeps its alignment at q_len 1
+        out, _ = run_attention(query, key, value, "bottom_right" if aligned else "none",
+                               softmax_scale(scaling, query.shape[-1]), False, variants, sinks)
     return out.transpose(1, 2).contiguous(), None
 
 

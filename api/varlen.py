@@ -14,7 +14,8 @@ from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_
                              softmax_scale)
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient
 from .steps.backward import row_dot
-from .steps.varlen import SequenceBounds, packed_bounds, varlen_backward, varlen_forward
+from .steps.varlen import (SequenceBounds, new_output, packed_bounds, varlen_backward,
+                           varlen_forward)
 
 __all__ = ["attention_varlen"]
 
@@ -43,7 +44,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 def _(query, key, value, query_starts, query_ends, key_starts, key_ends, max_seqlen_q,
       max_seqlen_k, causal, scale, with_lse, fill, sinks, window_left, window_right, softcap):
     lse_shape = query.shape[:-1] if with_lse else (0,)
-    return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+    return new_output(query, value.shape[-1]), query.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("cutile_fmha::varlen_backward", mutates_args=())
@@ -131,7 +132,8 @@ def _check_packed(query, key, value) -> None:
         raise ValueError(f"key and value must have the same number of tokens, got shapes "
                          f"{tuple(key.shape)} and {tuple(value.shape)}")
     if query.shape[0] and key.shape[0]:  # the dense checks, on the (1, heads, tokens, D) views
-        _check_shapes(*(t.transpose(0, 1)[None] for t in (query, key, value)), names)
+        _check_shapes(*(t.transpose(0, 1)[None] for t in (query, key, value)), names,
+                      padded=True)
     elif query.dtype not in DTYPES or {key.dtype, value.dtype} != {query.dtype}:
         raise TypeError(f"query, key and value must share one dtype, float16 or bfloat16, got "
                         f"{query.dtype}, {key.dtype}, {value.dtype}")
@@ -143,10 +145,11 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     """Attention over a batch of sequences of different lengths packed end to end, as
     flash-attn's ``flash_attn_varlen_func``.
 
-    query: (total_q, heads, D); key, value: (total_k, kv_heads, D), kv_heads dividing heads
-    (grouped-query: query head h reads K/V head h // (heads // kv_heads), no copy); float16
-    or bfloat16 on one CUDA device, last dimension contiguous; D as ``attention`` takes it
-    (64, 128, 256 and 320-1024 forward; the backward 64, 128, 256).
+    query, key: (total_q, heads, D), (total_k, kv_heads, D); value (total_k, kv_heads, D_v),
+    kv_heads dividing heads (grouped-query: query head h reads K/V head h // (heads //
+    kv_heads), no copy); float16 or bfloat16 on one CUDA device, last dimension contiguous;
+    D as ``attention`` takes it (any multiple of 8 up to 256, D_v too, forward and backward;
+    320-1024 forward, D_v = D).
     cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) on query's device: sequence i is query
     rows cu_seqlens_q[i]..cu_seqlens_q[i+1]-1 and key rows cu_seqlens_k[i]..
     cu_seqlens_k[i+1]-1. They must start at 0, never decrease and end at total_q and
@@ -162,11 +165,11 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         a query row that sees none, give zeros (LSE -inf).
     scale: softmax scale, default 1/sqrt(D). return_lse: also return the log-sum-exp,
         float32 (heads, total_q), natural log, as flash-attn returns it.
-    window_size, softcap, sinks: as ``attention`` takes them (D 64/128/256, forward and
+    window_size, softcap, sinks: as ``attention`` takes them (D up to 256, forward and
         backward), the window aligned to each sequence's last key as the causal mask is
         (flash-attn's).
 
-    Returns out (total_q, heads, D), contiguous when query is, or (out, lse).
+    Returns out (total_q, heads, D_v), contiguous when query is, or (out, lse).
     Differentiable in query, key, value and sinks (autograd and torch.compile); the LSE is
     not.
     """
@@ -180,7 +183,7 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     # else transposes, whose backward is a transpose too (as_strided's copies the tensor).
     no_grad = not (torch.compiler.is_compiling() or needs_grad(query, key, value, sinks))
     if query.shape[0] == 0:  # nothing to compute (SDPA returns an empty tensor too)
-        out = query.new_empty(query.shape)
+        out = query.new_empty(query.shape[:-1] + value.shape[-1:])
         lse = query.new_empty((query.shape[1], 0), dtype=torch.float32)
         return (out, lse) if return_lse else out
     if key.shape[0] == 0:
@@ -193,7 +196,8 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     out, lse = varlen_attention(*rows, bounds, max_seqlen_q, max_seqlen_k, causal=is_causal,
                                 scale=scale, with_lse=return_lse, variants=variants,
                                 sinks=sinks)
-    out = out.as_strided(query.shape, (out.stride(2), out.stride(1), 1)) if no_grad else \
+    out = out.as_strided(query.shape[:-1] + value.shape[-1:],
+                         (out.stride(2), out.stride(1), 1)) if no_grad else \
         out[0].transpose(0, 1)
     return (out, lse[0]) if return_lse else out
 

@@ -9,13 +9,17 @@ Two tables. The window: B=1, H=32 (K/V heads 8), D=128, bf16, causal, N=--window
 a window of --window keys against the full causal attention, ours and SDPA cuDNN's (which
 has no window: the full causal work), and FA4 with window_size=(window, 0). TFLOPS count
 the pairs each row sees (4·D per pair). The cost of the others: at B=4, H=32, N=8192,
-D=128, bf16, causal and not, plain, softcap 30, sinks, and both, each against plain.
+D=128, bf16, causal and not, plain, softcap 30, sinks, and both, each against plain. The
+head dims step 9's code pads (D=96, and D_qk=192 with D_v=128, at B=4, H=32, N=--seq-len,
+bf16, causal and not) against SDPA's cuDNN backend and its flash backend where they run
+them (TFLOPS count D_qk + D_v, not the padding).
 With --backward each row times the backward of one forward call (dQ, dK, dV, and with
 sinks dsinks; 2.5x the forward's FLOPs), FA4's where it runs the case. Every method is
 timed in rotating rounds (the median kept).
 """
 
 import argparse
+import functools
 import statistics
 import sys
 
@@ -29,7 +33,9 @@ from cutile_fmha.assets.measure import Column
 
 COLUMNS = [Column("case", "case"), Column("causal", "causal"), Column("method", "method"),
            Column("latency_ms", "time (ms)", ".3f"), Column("tflops", "TFLOPS", ".1f"),
-           Column("vs_plain", "time / plain", ".3f"), Column("vs_fa4", "time / FA4", ".3f")]
+           Column("vs_baseline", "time / baseline", ".3f"),
+           Column("vs_fa4", "time / FA4", ".3f")]
+HEAD_DIMS = [(96, 96), (192, 128)]  # (D_qk, D_v)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,7 +78,7 @@ def timed_rows(case: str, causal: bool, calls: dict, flops: dict, args, progress
     per_pass = BACKWARD_FLOPS_PER_FORWARD if args.backward else 1.0
     return [{"case": case, "causal": causal, "method": name, "latency_ms": latency[name],
              "tflops": measure.tflops(per_pass * flops[name], latency[name]),
-             "vs_plain": latency[name] / latency[baseline],
+             "vs_baseline": latency[name] / latency[baseline],
              "vs_fa4": latency[name] / latency[measure.FA4_NAME]
              if measure.FA4_NAME in latency and name != measure.FA4_NAME else None}
             for name in names]
@@ -123,6 +129,33 @@ def cost_rows(args, causal: bool, progress) -> list[dict]:
                       args, progress, baseline="plain")
 
 
+def head_dim_rows(args, causal: bool, progress) -> list[dict]:
+    rows = []
+    for q_dim, v_dim in HEAD_DIMS:
+        q, k = measure.make_inputs(measure.Shape(4, 32, args.seq_len, args.seq_len, q_dim, causal,
+                                                 "bfloat16"))[:2]
+        v = torch.randn(*k.shape[:-1], v_dim, device="cuda", dtype=k.dtype)
+        leaves = [t.requires_grad_(args.backward) for t in (q, k, v)]
+        calls = {"ours": (lambda: attention(q, k, v, is_causal=causal), leaves)}
+        for backend in ("cudnn", "flash"):
+            call = functools.partial(measure.sdpa, q, k, v, causal=causal, backend=backend)
+            try:  # the pass timed, once: a backend that does not run these raises
+                out = call()
+                if args.backward:
+                    out.sum().backward()
+                torch.cuda.synchronize()
+                calls[f"PyTorch SDPA ({backend})"] = (call, leaves)
+            except RuntimeError as error:
+                print(f"PyTorch SDPA ({backend}) left out at D={q_dim}/{v_dim}: "
+                      f"{measure.one_line(error)}")
+        flops = 2.0 * 4 * 32 * args.seq_len ** 2 * (q_dim + v_dim) / (2 if causal else 1)
+        baseline = "PyTorch SDPA (cudnn)" if "PyTorch SDPA (cudnn)" in calls else "ours"
+        progress.update((3 - len(calls)) * args.rounds)
+        rows += timed_rows(f"D={q_dim}/{v_dim} N={args.seq_len}", causal, calls,
+                           dict.fromkeys(calls, flops), args, progress, baseline=baseline)
+    return rows
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if (problem := measure.gpu_problem("The variants benchmark needs")):
@@ -131,10 +164,12 @@ def main(argv=None) -> int:
     context = measure.run_context() | {"rounds": args.rounds}
     fa4 = measure.fa4_unless(args, context)
     with torch.set_grad_enabled(args.backward), \
-            tqdm(total=4 * args.rounds + 8 * args.rounds, unit="run") as progress:
+            tqdm(total=(4 + 8 + 6 * len(HEAD_DIMS)) * args.rounds, unit="run") as progress:
         rows = window_rows(args, fa4, progress)
         for causal in (True, False):
             rows += cost_rows(args, causal, progress)
+        for causal in (True, False):
+            rows += head_dim_rows(args, causal, progress)
     measure.report(args, f"cuTile FMHA variants, {'backward' if args.backward else 'forward'}",
                    context, rows, COLUMNS)
     return 0

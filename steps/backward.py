@@ -12,7 +12,8 @@ from ..kernels import backward as kernels
 from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
-from .launcher import causal_query_offset, device_facts, softmax_scale, with_hints
+from .launcher import (causal_query_offset, device_facts, softmax_scale, tile_head_dim,
+                       with_hints)
 from .variants import NO_VARIANTS, Variants
 
 ROW_DOT_TILE_M = 64
@@ -28,17 +29,19 @@ def backward_kernel(name: str, num_worker_warps: int | None, module=kernels):
 BACKWARD_FAMILIES = {"dkdv": DKDV, "dq": DQ}
 
 
-def check_backward_head_dim(head_dim: int) -> None:
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"the backward runs head dims {HEAD_DIMS}, got {head_dim}: past 256 "
-                         f"only the forward (steps 10-11) is built")
+def check_backward_head_dims(q_head_dim: int, v_head_dim: int) -> None:
+    """Query/key's and value's head dims up to HEAD_DIMS[-1] (``tile_head_dim`` pads)."""
+    if max(q_head_dim, v_head_dim) > HEAD_DIMS[-1]:
+        raise ValueError(f"the backward runs head dims up to {HEAD_DIMS[-1]}, got "
+                         f"{q_head_dim} (value: {v_head_dim}): past {HEAD_DIMS[-1]} only the "
+                         f"forward (steps 10-11) is built")
 
 
 def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     """Delta = rowsum(out * grad_out), float32 (batch, heads, q_len)."""
     delta = out.new_empty(out.shape[:-1], dtype=torch.float32)
     values = {"Out": out, "dOut": grad_out, "Delta": delta, "TILE_M": ROW_DOT_TILE_M,
-              "TILE_D": out.shape[-1]}
+              "TILE_D": tile_head_dim(out.shape[-1])}
     ct.launch(torch.cuda.current_stream(out.device), ROW_DOT.grid(values), kernels.row_dot,
               ROW_DOT.arguments(values))
     return delta
@@ -53,7 +56,7 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     platform data for this GPU (or `entry`: the autotuner's candidates), the softcap and
     the window of `variants` compiled in; `grid_values` adds what only the grids read."""
     q, k = tensors["Q"], tensors["K"]
-    head_dim = q.shape[-1]
+    head_dim = tile_head_dim(q.shape[-1], tensors["V"].shape[-1])
     entry = entry or backward_entry_for(device_facts(q.device)[0])
     tensors = tensors | variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
                                         sinks=None, device=q.device)
@@ -78,7 +81,7 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     sinks the LSE holds their terms, and dq, dk, dv are the plain ones). `delta`: ``row_dot``
     of out and grad_out where the caller made it (the sinks' gradient needs it too)."""
     batch, heads, q_len, head_dim = q.shape
-    check_backward_head_dim(head_dim)
+    check_backward_head_dims(head_dim, v.shape[-1])
     if grad_out.shape != out.shape:
         raise ValueError(f"grad_out must have out's shape {tuple(out.shape)}, got "
                          f"{tuple(grad_out.shape)}")

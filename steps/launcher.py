@@ -147,7 +147,33 @@ def _check_devices(named_tensors) -> None:
                              f"{first.device}, {name} is on {t.device}")
 
 
-def _check_shapes(q, k, v, n: Names) -> None:
+# Head dims the kernels on step 9's query tile (the variants', the variable-length ones
+# and the backward) run by padding: any multiple of PADDED_HEAD_DIM_MULTIPLE up to
+# HEAD_DIMS[-1], query/key and value possibly different (``tile_head_dim``).
+PADDED_HEAD_DIM_MULTIPLE = 8  # 16 bytes in 16-bit elements: rows TMA can load
+
+
+def tile_head_dim(q_head_dim: int, v_head_dim: int | None = None) -> int:
+    """The head-dim width of the kernels' tiles: past HEAD_DIMS[-1] the head dim itself
+    (steps 10-11 tile it), else the smallest of HEAD_DIMS as wide as query/key's and
+    value's head dims. Loads are zero past a tensor's last column and stores clipped to it,
+    so the extra columns add zeros to Q K^T and are never written: D=96 runs D=128's
+    tiles, D_qk=192 with D_v=128 D=256's."""
+    widest = max(q_head_dim, q_head_dim if v_head_dim is None else v_head_dim)
+    if widest > HEAD_DIMS[-1]:
+        return q_head_dim
+    return next(d for d in HEAD_DIMS if d >= widest)
+
+
+def is_padded(q: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether q's and v's head dims need ``tile_head_dim``'s padding (not one of the
+    dims every step runs, or value's not query's)."""
+    return q.shape[-1] != v.shape[-1] or q.shape[-1] not in HEAD_DIMS + LARGE_HEAD_DIMS
+
+
+def _check_shapes(q, k, v, n: Names, *, padded: bool = False) -> None:
+    """q, k, v as every kernel takes them; with `padded` (the kernels on step 9's query
+    tile) also head dims that ``tile_head_dim`` pads, value's possibly not query's."""
     for name, t in ((n.q, q), (n.k, k), (n.v, v)):
         _check_tensor(name, t)
     for name, t in ((n.k, k), (n.v, v)):
@@ -155,7 +181,7 @@ def _check_shapes(q, k, v, n: Names) -> None:
             raise TypeError(f"{n.q}, {n.k} and {n.v} must share one dtype: {n.q} is {q.dtype}, "
                             f"{name} is {t.dtype}")
         for dim, what in ((0, "batch size"), (3, "head dim")):
-            if t.shape[dim] != q.shape[dim]:
+            if t.shape[dim] != q.shape[dim] and not (padded and name == n.v and dim == 3):
                 raise ValueError(f"{name} must match {n.q}'s {what}: {n.q} has shape "
                                  f"{tuple(q.shape)}, {name} has {tuple(t.shape)}")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
@@ -165,9 +191,18 @@ def _check_shapes(q, k, v, n: Names) -> None:
         raise ValueError(f"{n.q}'s head count must be a multiple of {n.k}'s and {n.v}'s "
                          f"(grouped-query attention), got {q.shape[1]} and {k.shape[1]}")
     batch, heads, q_len, head_dim = q.shape
-    if head_dim not in HEAD_DIMS + LARGE_HEAD_DIMS:
+    if padded and is_padded(q, v):
+        for name, dim in ((f"{n.q} and {n.k}", head_dim), (n.v, v.shape[-1])):
+            if dim > HEAD_DIMS[-1] or dim % PADDED_HEAD_DIM_MULTIPLE or dim < 1:
+                raise ValueError(
+                    f"head dims must be one of {HEAD_DIMS + LARGE_HEAD_DIMS}, or multiples of "
+                    f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]} (there {n.v}'s may "
+                    f"differ from {n.q}'s), got {dim} for {name}")
+    elif head_dim not in HEAD_DIMS + LARGE_HEAD_DIMS:
         raise ValueError(f"head dim (last dimension of {n.q}, {n.k}, {n.v}) must be one of "
-                         f"{HEAD_DIMS + LARGE_HEAD_DIMS}, got {head_dim}")
+                         f"{HEAD_DIMS + LARGE_HEAD_DIMS}, got {head_dim}" +
+                         (f" (multiples of {PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]} run "
+                          f"in cutile_fmha.attention)" if head_dim <= HEAD_DIMS[-1] else ""))
     if min(batch, heads, q_len, k.shape[2]) < 1:
         raise ValueError(f"batch, heads and sequence lengths must be at least 1, got "
                          f"{n.q} {tuple(q.shape)}, {n.k} {tuple(k.shape)}")

@@ -1,6 +1,8 @@
 """The variants' launcher (kernels/variants.py): sliding window, logit softcap and
 attention sinks on step 9's loop, at step 9's launch for the head dim (its tiles and
-hints from the platform table), with only the variants asked for compiled in.
+hints from the platform table), with only the variants asked for compiled in. It also
+runs the head dims step 9's code pads (``tile_head_dim``: D 80, 96, 192, value's head dim
+not query's), with or without a variant.
 """
 
 from dataclasses import dataclass
@@ -9,12 +11,11 @@ import cuda.tile as ct
 import torch
 
 from ..kernels import variants as kernels
-from ..platforms import HEAD_DIMS, PlatformEntry
+from ..platforms import PlatformEntry
 from .definitions import QUERY_TILE_STEP, STEPS
 from .family import FORWARD_VARIANTS, forward_constants
-from .launcher import current_stream, on_device, unused_lse, with_hints
+from .launcher import current_stream, on_device, tile_head_dim, unused_lse, with_hints
 
-VARIANT_HEAD_DIMS = HEAD_DIMS
 
 
 @dataclass(frozen=True)
@@ -93,16 +94,18 @@ def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_
 def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_lse: bool,
                      variants: Variants, sinks: torch.Tensor | None = None,
                      platform: PlatformEntry | None = None):
-    """(out, lse or None) of q (batch, heads, q_len, D) against k, v (batch, kv_heads,
-    k_len, D) with `variants`; query_offset: the causal diagonal's (None: not causal; the
-    window is then aligned top-left). sinks: (heads,) when variants.sinks.
+    """(out, lse or None) of q (batch, heads, q_len, D) against k (batch, kv_heads, k_len,
+    D), v (batch, kv_heads, k_len, D_v) with `variants`: out (batch, heads, q_len, D_v);
+    query_offset: the causal diagonal's (None: not causal; the window is then aligned
+    top-left). sinks: (heads,) when variants.sinks.
     Arguments checked by the caller (cutile_fmha.dropin)."""
     causal = query_offset is not None
-    shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
+    shape = dict(head_dim=tile_head_dim(q.shape[-1], v.shape[-1]), causal=causal,
+                 query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, constants = variants_kernel(platform, **shape) if platform else \
         on_device(variants_kernel, q.device, **shape)
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = q.new_empty(q.shape[:-1] + v.shape[-1:])
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
               "Lse": lse if with_lse else unused_lse(q.device), "qk_scale": scale,

@@ -17,11 +17,11 @@ import torch
 from ..kernels import step11_resident_query
 from ..kernels import varlen as kernels
 from ..platforms import HEAD_DIMS, PlatformEntry
-from .backward import check_backward_head_dim, launch_gradient_kernels, row_dot
+from .backward import check_backward_head_dims, launch_gradient_kernels, row_dot
 from .definitions import QUERY_TILE_STEP, fastest_step, launch_of, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      KernelFamily, forward_constants)
-from .launcher import current_stream, on_device, unused_lse, with_hints
+from .launcher import current_stream, on_device, tile_head_dim, unused_lse, with_hints
 from .variants import NO_VARIANTS, Variants
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
@@ -88,6 +88,19 @@ def packed_bounds(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> Seq
     return _remembered_packed_bounds(cu_seqlens_q, cu_seqlens_k)
 
 
+def new_output(q: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """``torch.empty_like(q)`` with the last dimension `head_dim` (value's): in q's layout,
+    so that a packed batch's output comes out packed as its queries."""
+    if q.shape[-1] == head_dim:
+        return torch.empty_like(q)
+    strides, stride = [1] * q.dim(), head_dim
+    for dim in sorted(range(q.dim() - 1), key=q.stride):  # innermost first
+        strides[dim] = stride
+        stride *= q.shape[dim]
+    return torch.empty_strided(q.shape[:-1] + (head_dim,), strides, dtype=q.dtype,
+                               device=q.device)
+
+
 def _filled(t: torch.Tensor, fill: float | None) -> torch.Tensor:
     """`t` (new, uninitialised) as it is, or filled with `fill`. The kernels write only the
     rows inside some sequence: a padded batch fills the rest with 0 (and a test with NaN, to
@@ -107,11 +120,12 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     than this GPU's (the autotuner's candidates). `variants` (up to D=256; sinks (heads,)
     with variants.sinks): as kernels/variants.py, the window aligned to each sequence's last
     key."""
-    shape = dict(head_dim=q.shape[-1], causal=causal, query_group=q.shape[1] // k.shape[1],
+    shape = dict(head_dim=tile_head_dim(q.shape[-1], v.shape[-1]), causal=causal,
+                 query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, family, constants = forward_kernel(platform, **shape) if platform else \
         on_device(forward_kernel, q.device, **shape)
-    out = _filled(torch.empty_like(q), fill)
+    out = _filled(new_output(q, v.shape[-1]), fill)
     lse = _filled(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
               "Lse": lse if with_lse else unused_lse(q.device),
@@ -136,7 +150,7 @@ def varlen_backward(q, k, v, out, lse, grad_out, bounds: SequenceBounds, max_seq
     window (the sinks' terms are in the LSE); `delta`: ``row_dot`` of out and grad_out
     where the caller made it. With grouped-query heads dk and dv sum the gradients of the
     query heads that share them."""
-    check_backward_head_dim(q.shape[-1])
+    check_backward_head_dims(q.shape[-1], v.shape[-1])
     dq, dk, dv = (_filled(torch.empty_like(t), fill) for t in (q, k, v))
     tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
                "Delta": row_dot(out, grad_out) if delta is None else delta, "dK": dk, "dV": dv,

@@ -92,10 +92,49 @@ def test_variant_arguments_are_checked(options, error, message):
         attention(*qkv(), **options)
 
 
-def test_variants_run_head_dims_64_to_256():
-    with pytest.raises(ValueError, match=r"window_size, softcap and sinks run head dims "
-                                         r"\(64, 128, 256\), got 512"):
+def test_variants_run_head_dims_up_to_256():
+    with pytest.raises(ValueError, match=r"window_size, softcap and sinks run head dims up to "
+                                         r"256, got 512"):
         attention(*qkv(head_dim=512), softcap=30.0)
+
+
+@pytest.mark.parametrize("q_dim,v_dim,message", [
+    (100, 100, "or multiples of 8 up to 256 .*got 100 for query and key"),
+    (96, 264, "got 264 for value"),
+    (512, 256, "got 512 for query and key"),
+])
+def test_head_dims_past_the_padded_ones_are_refused(q_dim, v_dim, message):
+    q, k, _ = qkv(head_dim=q_dim)
+    v = torch.randn(*k.shape[:-1], v_dim, dtype=k.dtype)
+    with pytest.raises(ValueError, match=message):
+        attention(q, k, v)
+
+
+@pytest.mark.parametrize("q_dim,v_dim", [(80, 80), (96, 96), (192, 192), (192, 128), (64, 32)])
+def test_padded_head_dims_run_the_variants_kernel_with_gradients(q_dim, v_dim,
+                                                                 kernels_on_the_cpu):
+    """D 80, 96, 192 and value's head dim other than query's (DeepSeek's 192/128) go to
+    step 9's code on padded tiles (the variants' kernel, with no variant), output value's
+    head dim, and are differentiable: against float64 autograd (the kernels replaced by
+    float64 on the CPU)."""
+    from cutile_fmha.steps.reference import reference
+
+    generator = torch.Generator().manual_seed(q_dim + v_dim)
+    q, k = (torch.randn(2, h, 24, q_dim, generator=generator, dtype=torch.float64)
+            for h in (4, 2))
+    v = torch.randn(2, 2, 24, v_dim, generator=generator, dtype=torch.float64)
+    grad = torch.randn(2, 4, 24, v_dim, generator=generator, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = attention_with_lse(*leaves, is_causal=True, enable_gqa=True)
+    assert out.shape == (2, 4, 24, v_dim) and lse.shape == (2, 4, 24)
+    out.backward(grad)
+    wide = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected, _ = reference(*wide, causal=True)
+    expected.backward(grad)
+    torch.testing.assert_close(out, expected.to(out.dtype))
+    for mine, theirs in zip(leaves, wide):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert kernels_on_the_cpu == {"variants": 1, "backward": 1}
 
 
 def test_no_variant_asked_is_the_plain_kernel(monkeypatch):
@@ -146,7 +185,7 @@ def test_variants_gradients_match_float64_autograd(options, kernels_on_the_cpu):
 
 def test_no_backward_past_head_dim_256():
     q, k, v, out = (torch.randn(1, 2, 8, 512) for _ in range(4))
-    with pytest.raises(ValueError, match="the backward runs head dims \\(64, 128, 256\\), got 512"):
+    with pytest.raises(ValueError, match="the backward runs head dims up to 256, got 512"):
         attention_backward(q, k, v, out, torch.zeros(1, 2, 8), out, causal=True)
 
 
@@ -226,7 +265,7 @@ def test_custom_ops_give_torch_compile_their_output_shapes():
 
 def cpu_inputs(dtype=torch.float32):
     generator = torch.Generator().manual_seed(3)
-    q, k, v, grad_out = (torch.randn(1, h, 24, 16, generator=generator, dtype=dtype)
+    q, k, v, grad_out = (torch.randn(1, h, 24, 64, generator=generator, dtype=dtype)
                          for h in (4, 2, 2, 4))
     return q, k, v, grad_out
 

@@ -300,3 +300,80 @@ def test_packed_sequences_gradients_with_the_variants(head_dim, causal, case):
         expected.backward(grad[rows].transpose(0, 1)[None].double())
     errors = relative_gradient_errors(leaves, wide)
     assert max(errors.values()) <= 2e-2, errors
+
+
+HEAD_DIM_CASES = [(80, 80), (96, 96), (192, 192), (192, 128), (32, 32), (64, 128)]
+
+
+@pytest.mark.parametrize("q_dim,v_dim", HEAD_DIM_CASES)
+@pytest.mark.parametrize("causal", [True, False, "bottom_right"])
+def test_padded_head_dims_match_float64_within_twice_sdpas_error(q_dim, v_dim, causal):
+    """D 80, 96, 192 and value's head dim other than query's (step 9's code on zero-padded
+    tiles): output, LSE and dq, dk, dv against float64 autograd, GQA, lengths that are no
+    tile multiple, each within twice SDPA's error on the same inputs."""
+    q_len, k_len = (333, 333) if causal != "bottom_right" else (150, 400)
+    dtype = torch.bfloat16 if q_dim % 32 else torch.float16
+    generator = torch.Generator(device="cuda").manual_seed(q_dim + v_dim)
+    q, k, v = (torch.randn(2, h, n, d, generator=generator, device="cuda", dtype=dtype)
+               for h, n, d in ((8, q_len, q_dim), (2, k_len, q_dim), (2, k_len, v_dim)))
+    grad = torch.randn(2, 8, q_len, v_dim, generator=generator, device="cuda", dtype=dtype)
+    mask = causal_lower_right(q_len, k_len) if causal == "bottom_right" else None
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = attention_with_lse(*leaves, attn_mask=mask, is_causal=causal is True,
+                                  enable_gqa=True)
+    assert out.shape == (2, 8, q_len, v_dim)
+    out.backward(grad)
+    seen = visible(q_len, k_len, k_len - q_len if mask is not None else 0, bool(causal),
+                   (-1, -1), q.device)
+    wide = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    expected, expected_lse = reference(*wide, seen, q_dim ** -0.5)
+    expected.backward(grad.double())
+    sdpa = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    sdpa_out = torch.nn.functional.scaled_dot_product_attention(*sdpa, attn_mask=seen,
+                                                                enable_gqa=True)
+    sdpa_out.backward(grad)
+    error = (out.double() - expected).abs().max()
+    sdpa_error = (sdpa_out.double() - expected).abs().max()
+    assert error <= 2 * sdpa_error + EPSILON[dtype], (error, sdpa_error)
+    assert torch.allclose(lse.double(), expected_lse.detach(), atol=1e-3)
+    errors, sdpa_errors = (relative_gradient_errors(got, wide) for got in (leaves, sdpa))
+    for name, error in errors.items():
+        assert error <= 2 * sdpa_errors[name] + 1e-3, (name, errors, sdpa_errors)
+
+
+@pytest.mark.parametrize("q_dim,v_dim", [(96, 96), (192, 128)])
+def test_padded_head_dims_with_the_variants_and_packed_sequences(q_dim, v_dim):
+    """attention_varlen at D 96 and 192/128 with the window, softcap and sinks: output and
+    gradients against float64 autograd per sequence (lengths 0, 1, no tile multiple)."""
+    from cutile_fmha import attention_varlen
+
+    q_lens, k_lens = [300, 0, 1, 77, 130], [300, 5, 40, 90, 200]
+    generator = torch.Generator(device="cuda").manual_seed(q_dim)
+    q, k, v = (torch.randn(sum(lens), h, d, generator=generator, device="cuda",
+                           dtype=torch.bfloat16)
+               for lens, h, d in ((q_lens, 8, q_dim), (k_lens, 2, q_dim), (k_lens, 2, v_dim)))
+    q = q * 2
+    sinks = torch.randn(8, device="cuda")
+    grad = torch.randn(sum(q_lens), 8, v_dim, generator=generator, device="cuda",
+                       dtype=torch.bfloat16)
+    cu_q, cu_k = (torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+                  for lens in (q_lens, k_lens))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
+    out = attention_varlen(*leaves[:3], cu_q, cu_k, max(q_lens), max(k_lens), is_causal=True,
+                           window_size=(50, 0), softcap=8.0, sinks=leaves[3])
+    assert out.shape == (sum(q_lens), 8, v_dim)
+    out.backward(grad)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    for s, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
+        if q_len == 0:
+            continue
+        rows, keys = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+        one = [t[part].transpose(0, 1)[None]
+               for t, part in ((wide[0], rows), (wide[1], keys), (wide[2], keys))]
+        seen = visible(q_len, k_len, k_len - q_len, True, (50, -1), q.device)
+        expected, _ = reference(*one, seen, q_dim ** -0.5, 8.0, wide[3])
+        got = out[rows].transpose(0, 1)[None].double()
+        assert (got - expected).abs().max() <= TOLERANCE[q.dtype] * expected.abs().max(), s
+        expected.backward(grad[rows].transpose(0, 1)[None].double())
+    errors = relative_gradient_errors(leaves, wide)
+    assert max(errors.values()) <= 2e-2, errors

@@ -141,11 +141,11 @@ def test_variants_take_transformers_window_as_the_keys_before_and_at_the_query(m
     flash-attn's window_size (W - 1, 0); softcap and s_aux as attention() takes them."""
     seen = {}
 
-    def run_variants(query, key, value, sinks, causal, scale, with_lse, variants):
+    def run_attention(query, key, value, causal, scale, with_lse, variants, sinks):
         seen.update(causal=causal, variants=variants, sinks=sinks)
         return query, None
 
-    monkeypatch.setattr(backend, "run_variants", run_variants)
+    monkeypatch.setattr(backend, "run_attention", run_attention)
     q, sinks = torch.zeros(1, 2, 4, 64), torch.zeros(2)
     backend.attention_forward(torch.nn.Module(), q, q, q, None, sliding_window=16, softcap=30.0,
                               s_aux=sinks)
