@@ -88,10 +88,12 @@ def load_query_values(X, batch, head, q_tile, TILE_M: ConstInt):
                    padding_mode=ZERO).reshape((TILE_M,))
 
 
-def load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt):
-    """A query tile's Q and dO (TILE_M, D), and its LSE in base 2 and Delta (TILE_M,)."""
+def load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt,
+              TILE_DV: ConstInt):
+    """A query tile's Q (TILE_M, TILE_D) and dO (TILE_M, TILE_DV), and its LSE in base 2
+    and Delta (TILE_M,)."""
     return (load_query_tile(Q, batch, head, q_tile, TILE_M, TILE_D),
-            load_query_tile(dO, batch, head, q_tile, TILE_M, TILE_D),
+            load_query_tile(dO, batch, head, q_tile, TILE_M, TILE_DV),
             load_query_values(Lse, batch, head, q_tile, TILE_M) * INV_LOG_2,
             load_query_values(Delta, batch, head, q_tile, TILE_M))
 
@@ -107,8 +109,9 @@ def load_keys(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt, TRA
 
 def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, batch, kv_head,
                     keys, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
-                    TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-                    CAUSAL: ConstBool, MASKED: ConstBool, SOFTCAP: ConstBool, tanh_scale,
+                    TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                    QUERY_GROUP: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool,
+                    SOFTCAP: ConstBool, tanh_scale,
                     WINDOW: ConstBool, window_left, window_right):
     """Query tiles first_q_tile..end_q_tile-1 of each query head of the K/V head's group
     into one key tile's dK and dV, as one flat loop over (head, query tile): a loop per
@@ -119,7 +122,8 @@ def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, b
     for step in range(QUERY_GROUP * tiles_per_head):
         head = kv_head * QUERY_GROUP + step // tiles_per_head
         q_tile = first_q_tile + step % tiles_per_head
-        q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D)
+        q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D,
+                                           TILE_DV)
         scores_t = ct.mma(k, ct.transpose(q), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
         dp_t = ct.mma(v, ct.transpose(do), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
         rows = (q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32))[None, :]
@@ -133,12 +137,12 @@ def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, b
 
 @ct.kernel
 def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int, softcap: float,
-         window_left: int, window_right: int, TILE_D: ConstInt, TILE_M: ConstInt,
-         TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-         WINDOW: ConstBool):
+         window_left: int, window_right: int, TILE_D: ConstInt, TILE_DV: ConstInt,
+         TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
+         SOFTCAP: ConstBool, WINDOW: ConstBool):
     dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, ct.bid(2), ct.bid(1), ct.bid(0), qk_scale,
-                  query_offset, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap,
-                  WINDOW, window_left, window_right)
+                  query_offset, TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP,
+                  softcap, WINDOW, window_left, window_right)
 
 
 def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: ConstInt,
@@ -167,9 +171,9 @@ def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: Co
 
 
 def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
-                  query_offset, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                  QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, softcap,
-                  WINDOW: ConstBool, window_left, window_right):
+                  query_offset, TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
+                  TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
+                  SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right):
     """One key tile of one K/V head: its rows of dK and dV, from every query that sees it
     (the variable-length kernel runs it on views of one sequence)."""
     q_len, k_len = Q.shape[2], K.shape[2]
@@ -177,41 +181,41 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_sc
     keys = (k_start + ct.arange(TILE_N, dtype=ct.int32))[:, None]
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
     k = load_keys(K, batch, kv_head, k_tile, TILE_D, TILE_N, False)
-    v = load_keys(V, batch, kv_head, k_tile, TILE_D, TILE_N, False)
+    v = load_keys(V, batch, kv_head, k_tile, TILE_DV, TILE_N, False)
     dk = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
-    dv = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
+    dv = ct.full((TILE_N, TILE_DV), 0.0, dtype=ct.float32)
     # Grouped-query heads sum into one dK and dV.
     first, whole_start, whole_end, end = query_tile_ranges(
         k_start, q_len, query_offset, TILE_M, TILE_N, CAUSAL, WINDOW, window_left, window_right)
     if CAUSAL or WINDOW:
         dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first, whole_start, batch,
                                  kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
-                                 TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP, tanh_scale,
-                                 WINDOW, window_left, window_right)
+                                 TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP,
+                                 tanh_scale, WINDOW, window_left, window_right)
     dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, whole_start, whole_end, batch,
-                             kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D, TILE_M,
-                             TILE_N, QUERY_GROUP, CAUSAL, False, SOFTCAP, tanh_scale, WINDOW,
-                             window_left, window_right)
+                             kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D, TILE_DV,
+                             TILE_M, TILE_N, QUERY_GROUP, CAUSAL, False, SOFTCAP, tanh_scale,
+                             WINDOW, window_left, window_right)
     if WINDOW:  # the query tiles across the window's lower edge
         dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, whole_end, end, batch,
                                  kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
-                                 TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP, tanh_scale,
-                                 WINDOW, window_left, window_right)
+                                 TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP,
+                                 tanh_scale, WINDOW, window_left, window_right)
     ct.store(dK, index=(batch, kv_head, k_tile, 0),
              tile=(dk * qk_scale).reshape((1, 1, TILE_N, TILE_D)).astype(dK.dtype))
     ct.store(dV, index=(batch, kv_head, k_tile, 0),
-             tile=dv.reshape((1, 1, TILE_N, TILE_D)).astype(dV.dtype))
+             tile=dv.reshape((1, 1, TILE_N, TILE_DV)).astype(dV.dtype))
 
 
 def accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq, first_k_tile, end_k_tile, batch,
                   kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
-                  TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool,
-                  SOFTCAP: ConstBool, tanh_scale, WINDOW: ConstBool, window_left,
-                  window_right):
+                  TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
+                  MASKED: ConstBool, SOFTCAP: ConstBool, tanh_scale, WINDOW: ConstBool,
+                  window_left, window_right):
     """Key tiles first_k_tile..end_k_tile-1 into one query tile's dQ."""
     for k_tile in range(first_k_tile, end_k_tile):
         k_t = load_keys(K, batch, kv_head, k_tile, TILE_D, TILE_N, True)
-        v_t = load_keys(V, batch, kv_head, k_tile, TILE_D, TILE_N, True)
+        v_t = load_keys(V, batch, kv_head, k_tile, TILE_DV, TILE_N, True)
         scores = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
         dp = ct.mma(do, v_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
         keys = (k_tile * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[None, :]
@@ -224,28 +228,29 @@ def accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq, first_k_tile, end_k_tile,
 
 @ct.kernel
 def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int, softcap: float,
-       window_left: int, window_right: int, TILE_D: ConstInt, TILE_M: ConstInt,
-       TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-       WINDOW: ConstBool):
+       window_left: int, window_right: int, TILE_D: ConstInt, TILE_DV: ConstInt,
+       TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
+       SOFTCAP: ConstBool, WINDOW: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
         q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first, as in the forward's step 8
     dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
-                  TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap, WINDOW,
+                  TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap, WINDOW,
                   window_left, window_right)
 
 
 def dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
-                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-                  CAUSAL: ConstBool, SOFTCAP: ConstBool, softcap, WINDOW: ConstBool,
-                  window_left, window_right):
+                  TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                  QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, softcap,
+                  WINDOW: ConstBool, window_left, window_right):
     """One query tile of one head: its rows of dQ, from every key it sees (the key tiles
     the forward's step 9 visits, masked where it masks)."""
     kv_head = head // QUERY_GROUP
     q_start, k_len = q_tile * TILE_M, K.shape[2]
     rows = (q_start + ct.arange(TILE_M, dtype=ct.int32))[:, None]
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
-    q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D)
+    q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D,
+                                       TILE_DV)
     lse_log2, delta = lse_log2[:, None], delta[:, None]
     dq_acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
     first, whole_start, mask_start, end = key_tile_ranges(
@@ -254,15 +259,15 @@ def dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, qu
     if WINDOW:  # the key tiles across the window's lower edge
         dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, first, whole_start,
                                batch, kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D,
-                               TILE_M, TILE_N, CAUSAL, True, SOFTCAP, tanh_scale, WINDOW,
-                               window_left, window_right)
+                               TILE_DV, TILE_M, TILE_N, CAUSAL, True, SOFTCAP, tanh_scale,
+                               WINDOW, window_left, window_right)
     dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, whole_start, mask_start,
                            batch, kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D,
-                           TILE_M, TILE_N, CAUSAL, False, SOFTCAP, tanh_scale, WINDOW,
-                           window_left, window_right)
+                           TILE_DV, TILE_M, TILE_N, CAUSAL, False, SOFTCAP, tanh_scale,
+                           WINDOW, window_left, window_right)
     dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc,
                            max(mask_start, whole_start), end, batch, kv_head, rows, k_len,
-                           qk_scale_log2, query_offset, TILE_D, TILE_M, TILE_N, CAUSAL, True,
-                           SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+                           qk_scale_log2, query_offset, TILE_D, TILE_DV, TILE_M, TILE_N, CAUSAL,
+                           True, SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
     ct.store(dQ, index=(batch, head, q_tile, 0),
              tile=(dq_acc * qk_scale).reshape((1, 1, TILE_M, TILE_D)).astype(dQ.dtype))

@@ -22,8 +22,9 @@ from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
 
 
 def attend(Q, K, V, q, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_len, last_key,
-           offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-           CAUSAL: ConstBool, MASKED: ConstBool, FP8: ConstBool, SOFTCAP: ConstBool,
+           offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
+           TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool, FP8: ConstBool,
+           SOFTCAP: ConstBool,
            tanh_scale, WINDOW: ConstBool, window_left, window_right):
     """Key tiles first_tile..end_tile-1 into the running (m_i, l_i, acc); with MASKED, past
     the causal diagonal, the last key and the window are masked. FP8: V is stored
@@ -61,12 +62,12 @@ def attend(Q, K, V, q, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_le
 
         # Zero padding: rows past the last key must add 0 * 0, not 0 * garbage.
         if FP8:
-            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_D),
+            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_DV),
                         order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
-                        latency=4).reshape((TILE_N, TILE_D))
+                        latency=4).reshape((TILE_N, TILE_DV))
         else:
-            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_D),
-                        padding_mode=ct.PaddingMode.ZERO, latency=4).reshape((TILE_N, TILE_D))
+            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_DV),
+                        padding_mode=ct.PaddingMode.ZERO, latency=4).reshape((TILE_N, TILE_DV))
         acc = ct.mma(p.astype(Q.dtype), v, acc)
         m_i = m_ij
     return m_i, l_i, acc
@@ -80,17 +81,18 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
     if CAUSAL:
         q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
-                      TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, False, 0.0,
-                      False, 0, 0, False, Lse)
+                      TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, False,
+                      0.0, False, 0, 0, False, Lse)
 
 
 def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset,
-                      TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                      TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                       QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool,
                       FP8: ConstBool, v_scale, SOFTCAP: ConstBool, softcap,
                       WINDOW: ConstBool, window_left, window_right, SINKS: ConstBool, Sinks):
     """One query tile of one head against every key it sees: its rows of Out and (with
-    WRITE_LSE) of Lse. A function of its own so that the variable-length kernel
+    WRITE_LSE) of Lse; TILE_D columns of Q and K, TILE_DV of V and Out (this step's kernel:
+    the same). A function of its own so that the variable-length kernel
     (kernels/varlen.py), the FP8 one (kernels/fp8.py) and the variants' (kernels/variants.py)
     run this very code, the first on views of one sequence. The constants after WRITE_LSE
     each turn on one variant, with its run-time values after it (unused when off):
@@ -112,7 +114,7 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
     if SINKS:  # the sink as if it were a key seen first: running max it, sum exp(0) = 1
         m_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32) + ct.gather(Sinks, head) * INV_LOG_2
         l_i = ct.full((TILE_M, 1), 1.0, dtype=ct.float32)
-    acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
+    acc = ct.full((TILE_M, TILE_DV), 0.0, dtype=ct.float32)
 
     q = ct.load(Q, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_D))
@@ -123,15 +125,15 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
     if WINDOW:  # the tiles across the window's lower edge
         m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, first_tile, whole_start, batch,
                                kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D,
-                               TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale, WINDOW,
-                               window_left, window_right)
+                               TILE_DV, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
+                               WINDOW, window_left, window_right)
     m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, whole_start, mask_start, batch, kv_head,
-                           k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_M,
-                           TILE_N, CAUSAL, False, FP8, SOFTCAP, tanh_scale, WINDOW,
+                           k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_DV,
+                           TILE_M, TILE_N, CAUSAL, False, FP8, SOFTCAP, tanh_scale, WINDOW,
                            window_left, window_right)
     m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, whole_start), num_k_tiles,
                            batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2,
-                           TILE_D, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
+                           TILE_D, TILE_DV, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
                            WINDOW, window_left, window_right)
 
     out = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
@@ -145,7 +147,7 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
         sees_a_key = last_key >= 0
         out = ct.where(sees_a_key, out, 0.0)
     ct.store(Out, index=(batch, head, q_tile, 0),
-             tile=out.reshape((1, 1, TILE_M, TILE_D)).astype(Out.dtype))
+             tile=out.reshape((1, 1, TILE_M, TILE_DV)).astype(Out.dtype))
     if WRITE_LSE:
         # Each row's log-sum-exp of its scaled scores, back from base 2 to natural log
         # (flash-attn's convention; -inf for a row that sees no key).

@@ -87,9 +87,9 @@ def store_no_keys(Out, Lse, head, q_tile, out_slice, TILE_M: ConstInt, TILE_D: C
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
 def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
          qk_scale: float, softcap: float, window_left: int, window_right: int,
-         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-         CAUSAL: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool,
-         SINKS: ConstBool):
+         TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+         QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool,
+         WINDOW: ConstBool, SINKS: ConstBool):
     """Up to D=256: step 9's query tile, with the variants of kernels/variants.py (a
     window aligned to each sequence's last key, as the causal mask)."""
     head, sequence = ct.bid(1), ct.bid(2)
@@ -102,12 +102,12 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     for tile in range(ct.bid(0), num_q_tiles, ct.num_blocks(0)):
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first, as step 8
         if no_keys:
-            store_no_keys(Out, Lse, head, q_tile, 0, TILE_M, TILE_D, TILE_D, WRITE_LSE)
+            store_no_keys(Out, Lse, head, q_tile, 0, TILE_M, TILE_DV, TILE_DV, WRITE_LSE)
         else:
             attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, qk_scale, k_len - q_len,
-                              TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False,
-                              1.0, SOFTCAP, softcap, WINDOW, window_left, window_right, SINKS,
-                              Sinks)
+                              TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE,
+                              False, 1.0, SOFTCAP, softcap, WINDOW, window_left, window_right,
+                              SINKS, Sinks)
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
@@ -151,8 +151,8 @@ def backward_views(Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, K
 @ct.kernel
 def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
          qk_scale: float, softcap: float, window_left: int, window_right: int,
-         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-         CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
+         TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+         QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
     kv_head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
@@ -162,20 +162,21 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
     num_k_tiles = ct.cdiv(k_len, TILE_N)
     if k_tile < num_k_tiles:
         dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, 0, kv_head, k_tile, qk_scale,
-                      k_len - q_len, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP,
-                      softcap, WINDOW, window_left, window_right)
+                      k_len - q_len, TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL,
+                      SOFTCAP, softcap, WINDOW, window_left, window_right)
     if k_tile == ct.num_blocks(0) - 1:
         for missing in range(k_tile + 1, num_k_tiles):
-            nan = ct.full((1, 1, TILE_N, TILE_D), math.nan, dtype=dK.dtype)
-            ct.store(dK, index=(0, kv_head, missing, 0), tile=nan)
-            ct.store(dV, index=(0, kv_head, missing, 0), tile=nan)
+            ct.store(dK, index=(0, kv_head, missing, 0),
+                     tile=ct.full((1, 1, TILE_N, TILE_D), math.nan, dtype=dK.dtype))
+            ct.store(dV, index=(0, kv_head, missing, 0),
+                     tile=ct.full((1, 1, TILE_N, TILE_DV), math.nan, dtype=dV.dtype))
 
 
 @ct.kernel
 def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
        qk_scale: float, softcap: float, window_left: int, window_right: int,
-       TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-       CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
+       TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+       QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
     head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
@@ -185,8 +186,8 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first
         dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, 0, head, q_tile, qk_scale, k_len - q_len,
-                      TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap, WINDOW,
-                      window_left, window_right)
+                      TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap,
+                      WINDOW, window_left, window_right)
     if tile == ct.num_blocks(0) - 1:
         for missing in range(tile + 1, num_q_tiles):
             q_tile = num_q_tiles - 1 - missing if CAUSAL else missing

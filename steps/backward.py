@@ -12,8 +12,8 @@ from ..kernels import backward as kernels
 from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
-from .launcher import (causal_query_offset, device_facts, softmax_scale, tile_head_dim,
-                       with_hints)
+from .launcher import (causal_query_offset, device_facts, launch_head_dim, softmax_scale,
+                       tile_head_dim, with_hints)
 from .variants import NO_VARIANTS, Variants
 
 ROW_DOT_TILE_M = 64
@@ -55,16 +55,16 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     arguments from `tensors` by parameter name, tiles and hints from the backward's
     platform data for this GPU (or `entry`: the autotuner's candidates), the softcap and
     the window of `variants` compiled in; `grid_values` adds what only the grids read."""
-    q, k = tensors["Q"], tensors["K"]
-    head_dim = tile_head_dim(q.shape[-1], tensors["V"].shape[-1])
+    q, k, v = tensors["Q"], tensors["K"], tensors["V"]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
     tensors = tensors | variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
                                         sinks=None, device=q.device)
     for name, family in families.items():
-        launch = entry.launches[head_dim][name]
+        launch = entry.launches[launch_head_dim(q.shape[-1], v.shape[-1])][name]
         values = {key: tensors[key] for key in family.names if key in tensors} | \
-            backward_constants(head_dim, launch.tiles, query_group=q.shape[1] // k.shape[1],
-                               causal=causal, variants=variants)
+            backward_constants(tile_head_dim(q.shape[-1]), launch.tiles,
+                               query_group=q.shape[1] // k.shape[1], causal=causal,
+                               variants=variants, value_head_dim=tile_head_dim(v.shape[-1]))
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),
                   family.arguments(values))

@@ -63,13 +63,15 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
 
 
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
-                     query_group: int = 1, variants: Variants = NO_VARIANTS) -> bytes:
+                     query_group: int = 1, variants: Variants = NO_VARIANTS,
+                     value_head_dim: int | None = None) -> bytes:
     """The cubin of the backward's "dkdv" or "dq" kernel for `arch`, at that
     architecture's backward launch (platforms/backward.py), with the softcap and window of
-    `variants` compiled in."""
-    launch = backward_entry_for(arch).launches[head_dim][name]
+    `variants` compiled in; V's tile width `value_head_dim` (default head_dim)."""
+    launch = backward_entry_for(arch).launches[max(head_dim, value_head_dim or 0)][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
-                                   causal=causal, variants=variants)
+                                   causal=causal, variants=variants,
+                                   value_head_dim=value_head_dim)
     return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
                         dtype=dtype, constants=constants, arch=arch)
 
@@ -77,18 +79,22 @@ def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal:
 def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
                    write_lse: bool = False, query_group: int = 1,
                    entry: PlatformEntry | None = None,
-                   variants: Variants = NO_VARIANTS) -> bytes:
+                   variants: Variants = NO_VARIANTS,
+                   value_head_dim: int | None = None) -> bytes:
     """The cubin of a variable-length kernel ("fmha" for the forward at any head dim, with
     `variants` up to D=256; "dkdv" or "dq", kernels/varlen.py, with their softcap and
-    window) for `arch`, at the launch the launcher takes there."""
+    window) for `arch`, at the launch the launcher takes there; V's tile width
+    `value_head_dim` (default head_dim, up to D=256)."""
     if name == "fmha":
         kernel, family, constants = forward_kernel(entry or entry_for(arch), head_dim=head_dim,
                                                    causal=causal, query_group=query_group,
-                                                   write_lse=write_lse, variants=variants)
+                                                   write_lse=write_lse, variants=variants,
+                                                   value_head_dim=value_head_dim)
         return export_cubin(kernel, family, dtype=dtype, constants=constants, arch=arch)
-    launch = backward_entry_for(arch).launches[head_dim][name]
+    launch = backward_entry_for(arch).launches[max(head_dim, value_head_dim or 0)][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
-                                   causal=causal, variants=variants)
+                                   causal=causal, variants=variants,
+                                   value_head_dim=value_head_dim)
     return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
                         VARLEN_BACKWARD_FAMILIES[name], dtype=dtype, constants=constants,
                         arch=arch)
@@ -106,12 +112,15 @@ def compile_fp8(arch: str, *, head_dim: int, causal: bool, write_lse: bool = Fal
 
 def compile_variants(arch: str, *, dtype: str, head_dim: int, causal: bool,
                      variants: Variants, write_lse: bool = False, query_group: int = 1,
-                     entry: PlatformEntry | None = None) -> bytes:
+                     entry: PlatformEntry | None = None,
+                     value_head_dim: int | None = None) -> bytes:
     """The cubin of the variants' kernel (kernels/variants.py) for `arch` with `variants`
-    compiled in, at the launch the launcher takes there."""
+    compiled in, at the launch the launcher takes there; V's tile width `value_head_dim`
+    (default head_dim)."""
     kernel, constants = variants_kernel(entry or entry_for(arch), head_dim=head_dim,
                                         causal=causal, query_group=query_group,
-                                        write_lse=write_lse, variants=variants)
+                                        write_lse=write_lse, variants=variants,
+                                        value_head_dim=value_head_dim)
     return export_cubin(kernel, FORWARD_VARIANTS, dtype=dtype, constants=constants, arch=arch)
 
 

@@ -137,14 +137,17 @@ FORWARD_FP8 = KernelFamily(
 # scalars and softcap, window_left, window_right, its constants and SOFTCAP, WINDOW, SINKS,
 # each turning one variant on (Sinks, softcap and the window are read only then). The grid
 # is FORWARD's.
+# TILE_DV after TILE_D is V's and Out's tile width (the head dims step 9's code pads: V's
+# head dim may differ from Q's and K's; steps/launcher.py's tile_head_dim).
 VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW", "SINKS")
 _VARIANT_SCALARS = (Scalar("softcap", ct.float32), Scalar("window_left", ct.int32),
                     Scalar("window_right", ct.int32))
+_PADDED_TILES = _ATTENTION_SETTINGS[2:3] + (Constant("TILE_DV"),) + _ATTENTION_SETTINGS[3:]
 FORWARD_VARIANTS = KernelFamily(
     name="forward, variants",
     parameters=_QKV + (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
                        Tensor("Sinks", 1, ct.float32, aligned=False))
-    + _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _ATTENTION_SETTINGS[2:] + (Constant("WRITE_LSE"),)
+    + _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES + (Constant("WRITE_LSE"),)
     + tuple(Constant(name) for name in VARIANT_CONSTANTS),
     grid=tiles_per_head("Q", "TILE_M"),
 )
@@ -199,26 +202,31 @@ def _varlen(family: KernelFamily, grid, extra_constants: tuple[str, ...] = ()) -
 
 
 def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
-                        causal: bool) -> dict:
-    """The compile-time parameters every attention kernel takes for one launch."""
-    return {"TILE_D": head_dim, "TILE_M": tiles.tile_m, "TILE_N": tiles.tile_n,
-            "QUERY_GROUP": query_group, "CAUSAL": causal}
+                        causal: bool, value_head_dim: int | None = None) -> dict:
+    """The compile-time parameters every attention kernel takes for one launch, and
+    TILE_DV, V's tile width (`value_head_dim`, default head_dim), which the families on
+    step 9's padded tiles take."""
+    return {"TILE_D": head_dim, "TILE_DV": value_head_dim or head_dim, "TILE_M": tiles.tile_m,
+            "TILE_N": tiles.tile_n, "QUERY_GROUP": query_group, "CAUSAL": causal}
 
 
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
-                       causal: bool, variants=None) -> dict:
+                       causal: bool, variants=None, value_head_dim: int | None = None) -> dict:
     """The compile-time parameters of one dK/dV or dQ launch, with the softcap and window
     of `variants` compiled in (steps/variants.py's Variants; None: neither)."""
     switches = variants.constants() if variants is not None else {}
-    return attention_constants(head_dim, tiles, query_group=query_group, causal=causal) | {
+    return attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
+                               value_head_dim=value_head_dim) | {
         name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS}
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
-                      causal: bool, write_lse: bool) -> dict:
-    """The compile-time parameters of one forward launch: the FORWARD family's, and with
-    tiles that tile the head dim (tile_k set) FORWARD_TILED_HEAD_DIM's."""
-    constants = attention_constants(head_dim, tiles, query_group=query_group, causal=causal)
+                      causal: bool, write_lse: bool, value_head_dim: int | None = None) -> dict:
+    """The compile-time parameters of one forward launch: the FORWARD family's (with
+    FORWARD_VARIANTS's TILE_DV), and with tiles that tile the head dim (tile_k set)
+    FORWARD_TILED_HEAD_DIM's."""
+    constants = attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
+                                    value_head_dim=value_head_dim)
     if tiles.tile_k is not None:
         constants |= {"TILE_K": tiles.tile_k, "TILE_V": tiles.tile_v}
     return constants | {"WRITE_LSE": write_lse}
@@ -234,11 +242,11 @@ ROW_DOT = KernelFamily(
 )
 _BACKWARD_INPUTS = _QKV + (Tensor("dO", 4), Tensor("Lse", 3, ct.float32),
                            Tensor("Delta", 3, ct.float32))
-# After their tensors both take the attention settings with the softcap's and the window's
-# run-time values after the scalars (FORWARD_VARIANTS's), and SOFTCAP and WINDOW last (the
-# sinks' terms are in the LSE): each a constant that turns its variant on.
+# After their tensors both take FORWARD_VARIANTS's settings (the softcap's and the window's
+# run-time values, TILE_DV), and SOFTCAP and WINDOW last (the sinks' terms are in the LSE):
+# each a constant that turns its variant on.
 BACKWARD_VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW")
-_BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _ATTENTION_SETTINGS[2:] \
+_BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES \
     + tuple(Constant(name) for name in BACKWARD_VARIANT_CONSTANTS)
 # dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V.
 DKDV = KernelFamily(

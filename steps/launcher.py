@@ -153,16 +153,22 @@ def _check_devices(named_tensors) -> None:
 PADDED_HEAD_DIM_MULTIPLE = 8  # 16 bytes in 16-bit elements: rows TMA can load
 
 
-def tile_head_dim(q_head_dim: int, v_head_dim: int | None = None) -> int:
-    """The head-dim width of the kernels' tiles: past HEAD_DIMS[-1] the head dim itself
-    (steps 10-11 tile it), else the smallest of HEAD_DIMS as wide as query/key's and
-    value's head dims. Loads are zero past a tensor's last column and stores clipped to it,
-    so the extra columns add zeros to Q K^T and are never written: D=96 runs D=128's
-    tiles, D_qk=192 with D_v=128 D=256's."""
-    widest = max(q_head_dim, q_head_dim if v_head_dim is None else v_head_dim)
-    if widest > HEAD_DIMS[-1]:
-        return q_head_dim
-    return next(d for d in HEAD_DIMS if d >= widest)
+def tile_head_dim(head_dim: int) -> int:
+    """The head-dim width of the kernels' tiles for a tensor's head dim: past HEAD_DIMS[-1]
+    the head dim itself (steps 10-11 tile it), else the smallest of HEAD_DIMS as wide.
+    Loads are zero past a tensor's last column and stores clipped to it, so the extra
+    columns add zeros to the products and are never written: D=96 runs 128 columns, and
+    D_qk=192 with D_v=128 runs Q and K on 256 and V on 128 (TILE_D and TILE_DV) at
+    D=256's launch (``launch_head_dim``)."""
+    if head_dim > HEAD_DIMS[-1]:
+        return head_dim
+    return next(d for d in HEAD_DIMS if d >= head_dim)
+
+
+def launch_head_dim(q_head_dim: int, v_head_dim: int) -> int:
+    """The head dim whose platform-table launch (tiles, hints) a call takes: the wider of
+    its two tile widths."""
+    return max(tile_head_dim(q_head_dim), tile_head_dim(v_head_dim))
 
 
 def is_padded(q: torch.Tensor, v: torch.Tensor) -> bool:

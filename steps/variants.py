@@ -82,12 +82,16 @@ def sinks_gradient(sinks: torch.Tensor | None, lse: torch.Tensor,
 
 
 def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
-                    write_lse: bool, variants: Variants) -> tuple[object, dict]:
-    """(kernel with step 9's hints, compile-time constants) at `entry`'s step 9 launch."""
-    tiles, hints = STEPS[QUERY_TILE_STEP].launch_config(entry, native=True, head_dim=head_dim,
-                                                        causal=causal)
+                    write_lse: bool, variants: Variants,
+                    value_head_dim: int | None = None) -> tuple[object, dict]:
+    """(kernel with step 9's hints, compile-time constants) at `entry`'s step 9 launch;
+    head_dim and value_head_dim: Q's and K's tile width and V's (``tile_head_dim``)."""
+    value_head_dim = value_head_dim or head_dim
+    tiles, hints = STEPS[QUERY_TILE_STEP].launch_config(
+        entry, native=True, head_dim=max(head_dim, value_head_dim), causal=causal)
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
-                                  write_lse=write_lse) | variants.constants()
+                                  write_lse=write_lse, value_head_dim=value_head_dim) | \
+        variants.constants()
     return with_hints(kernels.fmha, hints), constants
 
 
@@ -100,8 +104,8 @@ def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_ls
     top-left). sinks: (heads,) when variants.sinks.
     Arguments checked by the caller (cutile_fmha.dropin)."""
     causal = query_offset is not None
-    shape = dict(head_dim=tile_head_dim(q.shape[-1], v.shape[-1]), causal=causal,
-                 query_group=q.shape[1] // k.shape[1],
+    shape = dict(head_dim=tile_head_dim(q.shape[-1]), value_head_dim=tile_head_dim(v.shape[-1]),
+                 causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, constants = variants_kernel(platform, **shape) if platform else \
         on_device(variants_kernel, q.device, **shape)

@@ -32,18 +32,20 @@ RESIDENT_QUERY_STEP = step_of(step11_resident_query).number
 
 
 def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
-                   write_lse: bool, variants: Variants = NO_VARIANTS
-                   ) -> tuple[object, KernelFamily, dict]:
+                   write_lse: bool, variants: Variants = NO_VARIANTS,
+                   value_head_dim: int | None = None) -> tuple[object, KernelFamily, dict]:
     """(kernel with its hints, family, compile-time constants) of the variable-length
     forward with `entry`'s launch for this head dim, causal or not: the autotuner's for
     the variable-length forward where it has run (``--varlen``), else the dense step's.
-    `variants`: up to D=256 (the caller checks the head dim)."""
-    step = QUERY_TILE_STEP if head_dim in HEAD_DIMS else fastest_step(entry, head_dim, causal)
-    tiles, hints = launch_of(entry, entry.varlen_tuned.get((head_dim, causal)), step,
-                             head_dim=head_dim, causal=causal)
+    head_dim, value_head_dim: Q's and K's tile width and V's (``tile_head_dim``; past
+    D=256 the same). `variants`: up to D=256 (the caller checks the head dim)."""
+    launch_dim = max(head_dim, value_head_dim or head_dim)
+    step = QUERY_TILE_STEP if launch_dim in HEAD_DIMS else fastest_step(entry, head_dim, causal)
+    tiles, hints = launch_of(entry, entry.varlen_tuned.get((launch_dim, causal)), step,
+                             head_dim=launch_dim, causal=causal)
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
-                                  write_lse=write_lse)
-    if head_dim in HEAD_DIMS:
+                                  write_lse=write_lse, value_head_dim=value_head_dim)
+    if launch_dim in HEAD_DIMS:
         return (with_hints(kernels.fmha, hints), FORWARD_VARLEN,
                 constants | variants.constants())
     return (with_hints(kernels.fmha_tiled_head_dim, hints), FORWARD_TILED_HEAD_DIM_VARLEN,
@@ -120,8 +122,8 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     than this GPU's (the autotuner's candidates). `variants` (up to D=256; sinks (heads,)
     with variants.sinks): as kernels/variants.py, the window aligned to each sequence's last
     key."""
-    shape = dict(head_dim=tile_head_dim(q.shape[-1], v.shape[-1]), causal=causal,
-                 query_group=q.shape[1] // k.shape[1],
+    shape = dict(head_dim=tile_head_dim(q.shape[-1]), value_head_dim=tile_head_dim(v.shape[-1]),
+                 causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, family, constants = forward_kernel(platform, **shape) if platform else \
         on_device(forward_kernel, q.device, **shape)

@@ -229,3 +229,18 @@ def test_backward_kernels_compile_with_the_variants(arch, name, varlen, head_dim
     cubin = compile_one(name, arch, dtype="bfloat16", head_dim=head_dim, causal=causal,
                         query_group=2, variants=variants)
     assert cubin[:4] == b"\x7fELF"
+
+
+# V's tile narrower than Q's and K's (D_qk=192 padded to 256, D_v=128): on sm_90, the
+# variants' forward, the variable-length forward and both backward kernels.
+@pytest.mark.parametrize("kernel", ["variants", "varlen fmha", "dkdv", "varlen dq"])
+def test_value_tiles_narrower_than_query_tiles_compile(kernel):
+    options = dict(dtype="bfloat16", head_dim=256, value_head_dim=128, causal=True,
+                   query_group=2)
+    if kernel == "variants":
+        cubin = compile_variants(FULL_GRID_ARCH, variants=Variants(), **options)
+    elif kernel.startswith("varlen"):
+        cubin = compile_varlen(kernel.split()[1], FULL_GRID_ARCH, **options)
+    else:
+        cubin = compile_backward(kernel, FULL_GRID_ARCH, **options)
+    assert cubin[:4] == b"\x7fELF"

@@ -169,6 +169,18 @@ def test_backward_softcap_is_a_hardware_tanh_and_the_variants_spill_little(name)
     assert int(re.search(r"STACK:(\d+)", usage)[1]) <= MAX_STACK_BYTES, usage
 
 
+def test_value_tiles_narrower_than_query_tiles_keep_warpgroup_mma_without_spills():
+    """D_qk=192 with D_v=128 (TILE_D 256, TILE_DV 128) at D=256's launch: both products
+    warpgroup MMAs on TMA loads, no spill, forward and both backward kernels."""
+    options = dict(dtype="bfloat16", head_dim=256, value_head_dim=128, causal=True,
+                   query_group=2)
+    for cubin in (compile_variants("sm_90", variants=Variants(), **options),
+                  *(compile_backward(name, "sm_90", **options) for name in ("dkdv", "dq"))):
+        usage, code = resource_usage(cubin), sass(cubin)
+        assert "HGMMA" in code and "UTMALDG" in code
+        assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_fp8_forward_multiplies_in_float8_with_tma_loads_and_no_spills(head_dim):
     """Both products are float8 warpgroup MMAs (QGMMA, none in 16 bits), V^T's tiles too
