@@ -13,7 +13,7 @@ import torch
 from .dropin import _check_variants, checked_once
 from .platforms.entry import DECODE_GUESS
 from .steps.decode import DecodeShape, decode_forward, kept, power_of_two_at_least
-from .steps.launcher import DTYPES, _check_devices, softmax_scale
+from .steps.launcher import DTYPES, PADDED_HEAD_DIM_MULTIPLE, _check_devices, softmax_scale
 from .steps.varlen import SequenceBounds
 from .varlen import varlen_attention
 
@@ -109,9 +109,12 @@ def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_left
         raise ValueError(f"key_cache and value_cache must have one shape, got "
                          f"{tuple(key_cache.shape)} and {tuple(value_cache.shape)}")
     batch, heads, q_len, head_dim = query.shape
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head dim (last dimension of query) must be one of {HEAD_DIMS} for "
-                         f"decoding, got {head_dim}")
+    if head_dim not in HEAD_DIMS and (paged or head_dim > HEAD_DIMS[-1]
+                                      or head_dim % PADDED_HEAD_DIM_MULTIPLE):
+        raise ValueError(f"head dim (last dimension of query) must be one of {HEAD_DIMS}, or "
+                         f"on a dense cache a multiple of {PADDED_HEAD_DIM_MULTIPLE} up to "
+                         f"{HEAD_DIMS[-1]}, got {head_dim}" + (" with a paged cache" if paged
+                                                              else ""))
     if key_cache.shape[-1] != head_dim:
         raise ValueError(f"key_cache's head dim must be query's {head_dim}, got shape "
                          f"{tuple(key_cache.shape)}")
@@ -173,7 +176,8 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     query: (batch, heads, q_len, D), q_len from 1 to a few dozen (speculative decoding,
     chunked prefill tails: up to 128 columns per CTA, heads per K/V head times q_len, each
     rounded up to a power of two); float16 or bfloat16, last dimension contiguous; D 64,
-    128 or 256.
+    128 or 256, or on a dense cache any multiple of 8 up to 256 (80, 96, 192: the
+    variable-length kernel on the cache, as for the variants below).
     key_cache, value_cache: the cache, already holding the new tokens' keys and values
     (appending is the caller's, as transformers' and vLLM's caches do it; cache_seqlens
     counts them): dense (batch, kv_heads, max_len, D), transformers' layout; or paged
@@ -203,8 +207,9 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     """
     arguments = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
                  is_causal, scale, num_splits, return_lse)
-    if window_size != (-1, -1) or softcap is not None or sinks is not None:
-        out, lse = _with_variants(arguments, window_size, softcap, sinks)
+    if window_size != (-1, -1) or softcap is not None or sinks is not None or \
+            getattr(query, "shape", HEAD_DIMS)[-1] not in HEAD_DIMS:
+        out, lse = _through_varlen(arguments, window_size, softcap, sinks)
         return (out, lse) if return_lse else out
     if torch.compiler.is_compiling():  # traced once: one opaque operator in the graph
         shape, scale = _check(*arguments)
@@ -223,15 +228,16 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     return (out, lse) if return_lse else out
 
 
-def _with_variants(arguments: tuple, window_size, softcap, sinks):
-    """(out, lse or None) of attention_with_kvcache's `arguments` with the variants, through
-    the variable-length kernel: each batch row one sequence, its queries rows 0..q_len-1,
-    its keys cache_leftpad..cache_seqlens-1 (clamped to the cache on the device)."""
+def _through_varlen(arguments: tuple, window_size, softcap, sinks):
+    """(out, lse or None) of attention_with_kvcache's `arguments` with the variants or a
+    head dim the decode kernel does not run, through the variable-length kernel: each
+    batch row one sequence, its queries rows 0..q_len-1, its keys
+    cache_leftpad..cache_seqlens-1 (clamped to the cache on the device)."""
     (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad, is_causal,
      scale, _, return_lse) = arguments
     if block_table is not None:
-        raise ValueError("window_size, softcap and sinks take a dense cache so far, not a "
-                         "paged one (block_table)")
+        raise ValueError(f"window_size, softcap, sinks and head dims other than {HEAD_DIMS} "
+                         f"take a dense cache so far, not a paged one (block_table)")
     _, scale = checked_once(_CHECKED, _check, arguments, tensors=6)
     variants = _check_variants(query, window_size, softcap, sinks)
     if sinks is not None:

@@ -230,29 +230,32 @@ def test_packed_sequences_take_the_variants_aligned_to_each_last_key(head_dim, c
         assert torch.allclose(lse[:, rows].double(), expected_lse[0], atol=2e-3), s
 
 
+@pytest.mark.parametrize("head_dim,with_variants", [(128, True), (96, True), (96, False)])
 @pytest.mark.parametrize("q_len", [1, 4])
-def test_kvcache_takes_the_variants_on_a_dense_cache(q_len):
-    """attention_with_kvcache with a window, softcap and sinks (the variable-length kernel
-    on the cache): ragged lengths with left padding, against float64 per sequence."""
+def test_kvcache_takes_the_variants_on_a_dense_cache(q_len, head_dim, with_variants):
+    """attention_with_kvcache with a window, softcap and sinks, or at a head dim the decode
+    kernel does not run (the variable-length kernel on the cache): ragged lengths with left
+    padding, against float64 per sequence."""
     from cutile_fmha import attention_with_kvcache
 
     generator = torch.Generator(device="cuda").manual_seed(q_len)
-    heads, kv_heads, capacity, head_dim = 8, 2, 700, 128
+    heads, kv_heads, capacity = 8, 2, 700
     query = torch.randn(3, heads, q_len, head_dim, generator=generator, device="cuda",
                         dtype=torch.bfloat16)
     cache = [torch.randn(3, kv_heads, capacity, head_dim, generator=generator, device="cuda",
                          dtype=torch.bfloat16) for _ in range(2)]
     starts = torch.tensor([0, 37, 600], dtype=torch.int32, device="cuda")
     ends = torch.tensor([700, 513, 600], dtype=torch.int32, device="cuda")
-    sinks = torch.randn(heads, device="cuda")
+    sinks = torch.randn(heads, device="cuda") if with_variants else None
+    window, softcap = ((100, 0), 10.0) if with_variants else ((-1, -1), None)
     out, lse = attention_with_kvcache(query, *cache, ends, cache_leftpad=starts,
-                                      window_size=(100, 0), softcap=10.0, sinks=sinks,
+                                      window_size=window, softcap=softcap, sinks=sinks,
                                       return_lse=True)
     for b, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
         k, v = (t[b:b + 1, :, start:end] for t in cache)
-        seen = visible(q_len, end - start, end - start - q_len, True, (100, -1), query.device)
-        expected, expected_lse = reference(query[b:b + 1], k, v, seen, head_dim ** -0.5, 10.0,
-                                           sinks)
+        seen = visible(q_len, end - start, end - start - q_len, True, window, query.device)
+        expected, expected_lse = reference(query[b:b + 1], k, v, seen, head_dim ** -0.5,
+                                           softcap, sinks)
         assert (out[b:b + 1].double() - expected).abs().max() <= \
             TOLERANCE[query.dtype] * max(expected.abs().max(), 1)
         assert torch.allclose(lse[b:b + 1].double(), expected_lse, atol=2e-3)

@@ -49,8 +49,9 @@ def test_cpu_tensors_are_refused_last_with_the_device_named():
                                                        "one shape"),
     (lambda q, k, v: (q, k.transpose(2, 3).contiguous().transpose(2, 3), v), ValueError,
      "key_cache's last dimension must be contiguous"),
-    (lambda q, k, v: (q[..., :48], k[..., :48], v[..., :48]), ValueError,
-     r"head dim \(last dimension of query\) must be one of \(64, 128, 256\)"),
+    (lambda q, k, v: (q[..., :44], k[..., :44], v[..., :44]), ValueError,
+     r"head dim \(last dimension of query\) must be one of \(64, 128, 256\), or on a dense "
+     r"cache a multiple of 8 up to 256, got 44"),
     (lambda q, k, v: (q[:, :7], k, v), ValueError, "multiple of the cache's"),
     (lambda q, k, v: (q[:1], k, v), ValueError, "key_cache must hold query's batch of 1"),
     (lambda q, k, v: (q[:, :, :0], k, v), ValueError, "query must have at least one row"),
@@ -149,8 +150,10 @@ def test_buffers_are_kept_only_outside_a_cuda_graphs_memory_pool(monkeypatch):
     assert len(made) == 3
 
 
-def test_variants_take_a_dense_cache_only():
-    query, k, v, table = paged()
-    with pytest.raises(ValueError, match="window_size, softcap and sinks take a dense cache so "
-                                         r"far, not a paged one \(block_table\)"):
-        attention_with_kvcache(query, k, v, lengths(), block_table=table, softcap=30.0)
+@pytest.mark.parametrize("head_dim,options", [(64, {"softcap": 30.0}), (96, {})])
+def test_variants_and_other_head_dims_take_a_dense_cache_only(head_dim, options):
+    query, k, v, table = paged(head_dim=head_dim)
+    with pytest.raises(ValueError, match=r"window_size, softcap, sinks and head dims other than "
+                                         r"\(64, 128, 256\) take a dense cache so far, not a "
+                                         r"paged one \(block_table\)"):
+        attention_with_kvcache(query, k, v, lengths(), block_table=table, **options)

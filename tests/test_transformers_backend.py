@@ -302,10 +302,14 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_kvcache_variants_run_the_variable_length_kernel_on_the_cache(causal, monkeypatch):
-    """attention_with_kvcache with a window, softcap and sinks: each batch row's keys from
-    cache_leftpad to cache_seqlens, the window aligned to the last key (the variable-length
-    kernel replaced by float64, and the device check skipped, to run on the CPU)."""
+@pytest.mark.parametrize("head_dim,with_variants", [(64, True), (96, False), (96, True)])
+def test_kvcache_variants_run_the_variable_length_kernel_on_the_cache(causal, head_dim,
+                                                                     with_variants,
+                                                                     monkeypatch):
+    """attention_with_kvcache with a window, softcap and sinks, or a head dim the decode
+    kernel does not run (96): each batch row's keys from cache_leftpad to cache_seqlens, the
+    window aligned to the last key (the variable-length kernel replaced by float64, and the
+    device check skipped, to run on the CPU)."""
     from conftest import reference_varlen_forward, reference_with_variants
 
     import cutile_fmha.kvcache as kvcache
@@ -315,21 +319,23 @@ def test_kvcache_variants_run_the_variable_length_kernel_on_the_cache(causal, mo
     monkeypatch.setattr(varlen, "varlen_forward", reference_varlen_forward)
     monkeypatch.setattr(kvcache, "_check_devices", lambda named: None)
     generator = torch.Generator().manual_seed(4)
-    query = torch.randn(3, 4, 2, 64, generator=generator, dtype=torch.float16)
-    cache = [torch.randn(3, 2, 30, 64, generator=generator, dtype=torch.float16)
+    query = torch.randn(3, 4, 2, head_dim, generator=generator, dtype=torch.float16)
+    cache = [torch.randn(3, 2, 30, head_dim, generator=generator, dtype=torch.float16)
              for _ in range(2)]
     starts, ends = torch.tensor([0, 4, 10], dtype=torch.int32), \
         torch.tensor([30, 20, 10], dtype=torch.int32)
-    sinks = torch.randn(4, generator=generator)
+    sinks = torch.randn(4, generator=generator) if with_variants else None
+    options = dict(window_size=(7, 3), softcap=4.0, sinks=sinks) if with_variants else {}
     with torch.no_grad():
         out, lse = kvcache.attention_with_kvcache(
-            query, *cache, ends, cache_leftpad=starts, is_causal=causal, window_size=(7, 3),
-            softcap=4.0, sinks=sinks, return_lse=True)
-    variants = Variants(window=(7, 3), softcap=4.0, sinks=True)
+            query, *cache, ends, cache_leftpad=starts, is_causal=causal, return_lse=True,
+            **options)
+    variants = Variants(window=(7, 3), softcap=4.0, sinks=True) if with_variants else \
+        Variants()
     for b, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
         expected, expected_lse = reference_with_variants(
             query[b:b + 1], cache[0][b:b + 1, :, start:end], cache[1][b:b + 1, :, start:end],
-            offset=end - start - 2, causal=causal, scale=64 ** -0.5, variants=variants,
+            offset=end - start - 2, causal=causal, scale=head_dim ** -0.5, variants=variants,
             sinks=sinks)
         torch.testing.assert_close(out[b:b + 1], expected)
         torch.testing.assert_close(lse[b:b + 1], expected_lse)
