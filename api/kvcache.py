@@ -7,6 +7,7 @@ the launch planned once per key too: a decoding step calls this per layer and to
 """
 
 import numbers
+from dataclasses import replace
 
 import torch
 
@@ -14,6 +15,7 @@ from .dropin import _check_variants, checked_once
 from .platforms.entry import DECODE_GUESS
 from .steps.decode import DecodeShape, decode_forward, kept, power_of_two_at_least
 from .steps.launcher import DTYPES, PADDED_HEAD_DIM_MULTIPLE, _check_devices, softmax_scale
+from .steps.variants import NO_VARIANTS, Variants
 from .steps.varlen import SequenceBounds
 from .varlen import varlen_attention
 
@@ -41,25 +43,29 @@ _CHECKED: dict[tuple, DecodeShape] = {}
 def _decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
             key_starts: torch.Tensor | None, key_ends: torch.Tensor | None,
             block_table: torch.Tensor | None, causal: bool, scale: float,
-            num_splits: int | None, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse); lse is an empty tensor unless with_lse. What torch.compile sees."""
+            num_splits: int | None, with_lse: bool, sinks: torch.Tensor | None,
+            window_left: int, window_right: int, softcap: float
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse); lse is an empty tensor unless with_lse; the variants as
+    ``Variants.operator_arguments`` gives them. What torch.compile sees."""
+    variants = Variants.of_operator_arguments(window_left, window_right, softcap, sinks)
     shape = _decode_shape(query, key_cache, block_table, key_starts is not None,
-                          key_ends is not None, causal, with_lse, num_splits)
+                          key_ends is not None, causal, with_lse, num_splits, variants)
     out, lse = decode_forward(query, key_cache, value_cache, shape, scale=scale,
                               key_starts=key_starts, key_ends=key_ends, block_table=block_table,
-                              keep_buffers=False)
+                              sinks=sinks, keep_buffers=False)
     return out, lse if with_lse else out.new_empty(0, dtype=torch.float32)
 
 
 @_decode.register_fake
 def _(query, key_cache, value_cache, key_starts, key_ends, block_table, causal, scale,
-      num_splits, with_lse):
+      num_splits, with_lse, sinks, window_left, window_right, softcap):
     lse_shape = query.shape[:-1] if with_lse else (0,)
     return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
 
 
 def _decode_shape(query, key_cache, block_table, has_starts, has_lengths, causal, with_lse,
-                  num_splits):
+                  num_splits, variants: Variants | None = None):
     batch, heads, q_len, head_dim = query.shape
     paged = block_table is not None
     kv_heads = key_cache.shape[2] if paged else key_cache.shape[1]
@@ -68,7 +74,7 @@ def _decode_shape(query, key_cache, block_table, has_starts, has_lengths, causal
                        q_len=q_len, capacity=capacity,
                        block_size=key_cache.shape[1] if paged else None, causal=causal,
                        has_starts=has_starts, has_lengths=has_lengths, write_lse=with_lse,
-                       num_splits=num_splits)
+                       num_splits=num_splits, variants=variants)
 
 
 def _check_tensor(name, t, dims: int, what: str):
@@ -196,8 +202,10 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
         the platform table's rule from batch x kv_heads x length against the SM count.
     return_lse: also return the log-sum-exp, float32 (batch, heads, q_len), natural log.
     window_size, softcap, sinks: as ``attention`` takes them, the window aligned to each
-        sequence's last key; a dense cache only. They run the variable-length kernel on
-        the cache (the decode kernel does not take them yet; num_splits does not apply).
+        sequence's last key, dense or paged, in the decode kernel (split-KV included: the
+        splits share the window's keys only). A window whose right side is bounded
+        without is_causal, with q_len > 1, runs the variable-length kernel on a dense
+        cache instead (num_splits does not apply there).
 
     Lengths and block numbers are read on the device only, never on the host: lengths past
     the cache are clamped to it, block numbers to the cache's blocks (wrong numbers give
@@ -207,16 +215,25 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     """
     arguments = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
                  is_causal, scale, num_splits, return_lse)
-    if window_size != (-1, -1) or softcap is not None or sinks is not None or \
-            getattr(query, "shape", HEAD_DIMS)[-1] not in HEAD_DIMS:
+    if _needs_varlen(query, is_causal, window_size):
         out, lse = _through_varlen(arguments, window_size, softcap, sinks)
         return (out, lse) if return_lse else out
     if torch.compiler.is_compiling():  # traced once: one opaque operator in the graph
         shape, scale = _check(*arguments)
+    else:
+        shape, scale = checked_once(_CHECKED, _check, arguments, tensors=6)
+    variants = NO_VARIANTS
+    if window_size != (-1, -1) or softcap is not None or sinks is not None:
+        variants = _check_variants(query, window_size, softcap, sinks)
+        if sinks is not None:
+            _check_devices([("query", query), ("sinks", sinks)])
+    if torch.compiler.is_compiling():
         out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
-                           block_table, shape.causal, scale, shape.num_splits, return_lse)
+                           block_table, shape.causal, scale, shape.num_splits, return_lse,
+                           sinks, *variants.operator_arguments())
         return (out, lse) if return_lse else out
-    shape, scale = checked_once(_CHECKED, _check, arguments, tensors=6)
+    if variants.any:
+        shape = replace(shape, variants=variants)
     if query.shape[0] == 0:
         out = torch.empty_like(query)
         return (out, query.new_empty(query.shape[:-1], dtype=torch.float32)) if return_lse \
@@ -224,20 +241,37 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     # The custom operator's work, without its dispatch (about 100 us a call).
     out, lse = decode_forward(query, key_cache, value_cache, shape, scale=scale,
                               key_starts=cache_leftpad, key_ends=cache_seqlens,
-                              block_table=block_table)
+                              block_table=block_table, sinks=sinks)
     return (out, lse) if return_lse else out
 
 
+def _needs_varlen(query, is_causal, window_size) -> bool:
+    """Whether a call runs the variable-length kernel: at a head dim the decode kernel does
+    not run, or with a window bounded on the right without is_causal for more than one
+    query row (the decode kernel's window has the causal mask's right side). False where
+    the arguments are not what they should be: the checks say so."""
+    shape = getattr(query, "shape", ())
+    if len(shape) != 4:
+        return False
+    if shape[-1] not in HEAD_DIMS:
+        return True
+    right = window_size[1] if isinstance(window_size, (tuple, list)) and \
+        len(window_size) == 2 else -1
+    return right != -1 and is_causal is False and shape[2] > 1
+
+
 def _through_varlen(arguments: tuple, window_size, softcap, sinks):
-    """(out, lse or None) of attention_with_kvcache's `arguments` with the variants or a
-    head dim the decode kernel does not run, through the variable-length kernel: each
-    batch row one sequence, its queries rows 0..q_len-1, its keys
-    cache_leftpad..cache_seqlens-1 (clamped to the cache on the device)."""
+    """(out, lse or None) of attention_with_kvcache's `arguments` at a head dim the decode
+    kernel does not run, or with a window whose right side is not the causal mask's,
+    through the variable-length kernel: each batch row one sequence, its queries rows
+    0..q_len-1, its keys cache_leftpad..cache_seqlens-1 (clamped to the cache on the
+    device)."""
     (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad, is_causal,
      scale, _, return_lse) = arguments
     if block_table is not None:
-        raise ValueError(f"window_size, softcap, sinks and head dims other than {HEAD_DIMS} "
-                         f"take a dense cache so far, not a paged one (block_table)")
+        raise ValueError(f"head dims other than {HEAD_DIMS}, and a window's right side "
+                         f"without is_causal, take a dense cache so far, not a paged one "
+                         f"(block_table)")
     _, scale = checked_once(_CHECKED, _check, arguments, tensors=6)
     variants = _check_variants(query, window_size, softcap, sinks)
     if sinks is not None:

@@ -21,8 +21,8 @@ DECODE_MAX_QUERY new tokens, no gradient) run the decode kernel of
 Sliding windows (``sliding_window``: Mistral, Gemma 2/3, Qwen, gpt-oss), logit softcaps
 (``softcap``: Gemma 2) and attention sinks (``s_aux``: gpt-oss) run through the kernels'
 variants (``attention()``'s window_size, softcap and sinks; the variable-length kernel's
-for padded and packed batches, and for decoding steps, which the decode kernel does not
-take them in), without gradients (their backward is not built yet). Anything else
+for padded and packed batches, the decode kernel's for decoding steps), differentiable.
+Anything else
 (chunked attention, masks that open more than causal, a custom 4-D mask, a padding mask
 with holes) raises a ``ValueError`` rather than being ignored. transformers is an optional dependency (``pip install -e ".[transformers]"``).
 """
@@ -216,7 +216,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
               and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS
               and not needs_grad(query, key, value))
     variants, sinks = _layer_variants(query, is_causal, **kwargs)
-    decode = decode and not variants.any  # the decode kernel has no variants: varlen's has
+    # attention_with_kvcache's names for them (decoding steps)
+    variant_options = dict(window_size=tuple(-1 if side is None else side
+                                             for side in variants.window or (None, None)),
+                           softcap=variants.softcap, sinks=sinks)
     if packed is not None:
         if query.shape[0] != 1:
             raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
@@ -229,12 +232,14 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         if decode:  # the query rows are the newest tokens: real in every sequence
             out = kvcache.attention_with_kvcache(query, key, value, bounds.key_ends,
                                                  cache_leftpad=bounds.key_starts,
-                                                 is_causal=causal, scale=scaling)
+                                                 is_causal=causal, scale=scaling,
+                                                 **variant_options)
         else:
             out, _ = varlen_attention(query, key, value, bounds, q_len, k_len, causal=causal,
                                       scale=scaling, fill=0.0, variants=variants, sinks=sinks)
     elif decode:
-        out = kvcache.attention_with_kvcache(query, key, value, is_causal=causal, scale=scaling)
+        out = kvcache.attention_with_kvcache(query, key, value, is_causal=causal, scale=scaling,
+                                             **variant_options)
     else:
         aligned = is_causal if variants.any else causal  # a window keeps its alignment at q_len 1
         out, _ = run_attention(query, key, value, "bottom_right" if aligned else "none",

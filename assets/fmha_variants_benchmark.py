@@ -12,7 +12,9 @@ the pairs each row sees (4·D per pair). The cost of the others: at B=4, H=32, N
 D=128, bf16, causal and not, plain, softcap 30, sinks, and both, each against plain. The
 head dims step 9's code pads (D=96, and D_qk=192 with D_v=128, at B=4, H=32, N=--seq-len,
 bf16, causal and not) against SDPA's cuDNN backend and its flash backend where they run
-them (TFLOPS count D_qk + D_v, not the padding).
+them (TFLOPS count D_qk + D_v, not the padding). The forward adds decoding: one token for
+each of 16 sequences from a cache of --window-seq-len keys, plain, windowed, and with
+softcap and sinks, in the decode kernel.
 With --backward each row times the backward of one forward call (dQ, dK, dV, and with
 sinks dsinks; 2.5x the forward's FLOPs), FA4's where it runs the case. Every method is
 timed in rotating rounds (the median kept).
@@ -26,7 +28,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from cutile_fmha import attention
+from cutile_fmha import attention, attention_with_kvcache
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.fmha_backward_benchmark import BACKWARD_FLOPS_PER_FORWARD, time_backward_ms
 from cutile_fmha.assets.measure import Column
@@ -156,6 +158,29 @@ def head_dim_rows(args, causal: bool, progress) -> list[dict]:
     return rows
 
 
+def decode_rows(args, progress) -> list[dict]:
+    """Decoding one token per sequence (B=16, H=32/8, D=128, bf16) from a cache of
+    --window-seq-len keys: plain, with a window of --window keys, with softcap 30 and
+    sinks, against plain (forward only). FLOPs count the pairs each row sees."""
+    batch, capacity = 16, args.window_seq_len
+    q = torch.randn(batch, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    cache = [torch.randn(batch, 8, capacity, 128, device="cuda", dtype=torch.bfloat16)
+             for _ in range(2)]
+    sinks = torch.randn(32, device="cuda")
+    options = {"plain": {}, f"window {args.window}": {"window_size": (args.window, 0)},
+               "softcap 30 + sinks": {"softcap": 30.0, "sinks": sinks}}
+    calls = {name: (lambda o=o: attention_with_kvcache(q, *cache, **o), [])
+             for name, o in options.items()}
+    seen = {name: min(capacity, args.window + 1) if "window" in name else capacity
+            for name in calls}
+    with torch.no_grad():
+        rows = timed_rows(f"decode B={batch} cache {capacity}", True, calls,
+                          {name: 4.0 * batch * 32 * seen[name] * 128 for name in calls},
+                          argparse.Namespace(backward=False, rounds=args.rounds), progress,
+                          baseline="plain")
+    return rows
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if (problem := measure.gpu_problem("The variants benchmark needs")):
@@ -164,12 +189,15 @@ def main(argv=None) -> int:
     context = measure.run_context() | {"rounds": args.rounds}
     fa4 = measure.fa4_unless(args, context)
     with torch.set_grad_enabled(args.backward), \
-            tqdm(total=(4 + 8 + 6 * len(HEAD_DIMS)) * args.rounds, unit="run") as progress:
+            tqdm(total=(4 + 8 + 6 * len(HEAD_DIMS) + 3 * (not args.backward)) * args.rounds,
+                 unit="run") as progress:
         rows = window_rows(args, fa4, progress)
         for causal in (True, False):
             rows += cost_rows(args, causal, progress)
         for causal in (True, False):
             rows += head_dim_rows(args, causal, progress)
+        if not args.backward:
+            rows += decode_rows(args, progress)
     measure.report(args, f"cuTile FMHA variants, {'backward' if args.backward else 'forward'}",
                    context, rows, COLUMNS)
     return 0

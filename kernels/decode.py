@@ -20,8 +20,14 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
   else the whole capacity). Under CAUSAL its query row t sees keys up to KeyEnds[b] - q_len + t: the
   new tokens are the cache's last ones.
 
-Only the tiles at the ends of a sequence (KeyStarts not on a tile boundary, the last keys,
-the causal diagonal) run mask code. Their V rows outside the sequence are zeroed too: a
+The variants of kernels/variants.py are constants here too: SOFTCAP (the scores through a
+tanh), WINDOW (each query row sees window_left keys before its diagonal, last_key below;
+the key tiles below every row's window are not this sequence's tiles at all, so the
+splits share the window only) and SINKS (each head's sink joins the first split's running
+max and sum, as a key seen first; the merge weighs it with that split).
+
+Only the tiles at the ends of a sequence (KeyStarts not on a tile boundary or below the
+window, the last keys, the causal diagonal) run mask code. Their V rows outside the sequence are zeroed too: a
 cache's unused slots may hold anything, NaN included, and 0 * NaN is NaN. Page numbers
 are clamped to the cache, so a block table entry past a sequence's end is never a read
 outside it.
@@ -32,6 +38,7 @@ import math
 import cuda.tile as ct
 
 from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
+from .step9_unmasked_loop import score_factors
 
 ZERO = ct.PaddingMode.ZERO
 
@@ -86,18 +93,23 @@ def load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N: ConstInt,
 
 
 def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_head, start,
-           end, last_key, qk_scale_log2, TILE_D: ConstInt, TILE_N: ConstInt,
-           CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, MASKED: ConstBool):
+           end, last_key, qk_scale_log2, tanh_scale, window_left, TILE_D: ConstInt,
+           TILE_N: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
+           SOFTCAP: ConstBool, WINDOW: ConstBool, MASKED: ConstBool):
     """Key tiles first_tile..end_tile-1 into the running column statistics (m, l: (1, M))
-    and acc (TILE_D, M); with MASKED, keys outside start..end-1 and past each column's
-    `last_key` count for nothing."""
+    and acc (TILE_D, M); with MASKED, keys outside start..end-1, past each column's
+    `last_key` and (WINDOW) more than window_left before it count for nothing."""
     for j in range(first_tile, end_tile):
         k = load_cache_tile(K, BlockTable, batch, kv_head, j, TILE_N, TILE_D, PAGED, BLOCK_SIZE)
         s = ct.mma(k, q_t, ct.full((TILE_N, q_t.shape[1]), 0.0, dtype=ct.float32))
+        if SOFTCAP:
+            s = ct.tanh(s * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
         if MASKED:
             keys = (j * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]
             in_sequence = (keys >= start) & (keys < end)
             visible = in_sequence & (keys <= last_key) if CAUSAL else in_sequence
+            if WINDOW:
+                visible = visible & (keys >= last_key - window_left)
             s = ct.where(visible, s, -math.inf)
         m_new = ct.maximum(m, ct.max(s, axis=0, keepdims=True) * qk_scale_log2)
         # A column that has seen no key yet keeps m = -inf: subtract 0 there, not -inf.
@@ -114,14 +126,16 @@ def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_hea
 
 
 @ct.kernel
-def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable,
-           qk_scale: float, TILE_D: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-           GROUP_TILE: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool,
-           BLOCK_SIZE: ConstInt, HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool,
-           SPLIT: ConstBool, WRITE_LSE: ConstBool):
+def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable, Sinks,
+           qk_scale: float, softcap: float, window_left: int, TILE_D: ConstInt,
+           TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt, QUERY_ROWS: ConstInt,
+           CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, HAS_STARTS: ConstBool,
+           HAS_LENGTHS: ConstBool, SPLIT: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool,
+           WINDOW: ConstBool, SINKS: ConstBool):
     """Q, Out: (batch, heads, q_len, D), any strides; Lse: (batch, heads, q_len) float32;
     Partial, PartialLse: (batch, kv_heads, splits, M, D) and (.., M) float32 with M =
-    GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT)."""
+    GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT); Sinks: (heads,)
+    float32 under SINKS."""
     split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     q_len = Q.shape[2]
     columns = GROUP_TILE * QUERY_ROWS
@@ -138,22 +152,33 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     q_t = ct.transpose(ct.gather(Q, (batch, head, query_row, dims), mask=is_query))
     last_key = (end - q_len + column % QUERY_ROWS)[None, :]
 
-    # This split's share of the sequence's key tiles, and which of them need no mask.
-    first_tile = start // TILE_N
+    # This split's share of the sequence's key tiles, and which of them need no mask: from
+    # the first key a row sees (its start, or under WINDOW the first row's window) and, on
+    # the lower side, from the last key below every row's window.
+    lowest, whole_from = start, start
+    if WINDOW:
+        lowest = max(start, end - q_len - window_left)
+        whole_from = max(start, end - 1 - window_left)
+    first_tile = lowest // TILE_N
     num_tiles = ct.cdiv(end, TILE_N) - first_tile
     per_split = ct.cdiv(num_tiles, ct.num_blocks(0))
     lo = first_tile + min(split * per_split, num_tiles)
     hi = first_tile + min((split + 1) * per_split, num_tiles)
-    unmasked_lo = min(max(ct.cdiv(start, TILE_N), lo), hi)
+    unmasked_lo = min(max(ct.cdiv(whole_from, TILE_N), lo), hi)
     unmasked_hi = max(min((end - (q_len - 1 if CAUSAL else 0)) // TILE_N, hi), unmasked_lo)
 
-    qk_scale_log2 = qk_scale * INV_LOG_2
+    qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
     m = ct.full((1, columns), -math.inf, dtype=ct.float32)
     l = ct.full((1, columns), 0.0, dtype=ct.float32)
+    if SINKS:  # the sink as a key the first split saw first: running max it, sum exp(0) = 1
+        sink_log2 = ct.transpose(ct.gather(Sinks, head, mask=is_query)) * INV_LOG_2
+        first_split = (ct.full((1, columns), 0, dtype=ct.int32) + split) == 0
+        m = ct.where(first_split, sink_log2, m)
+        l = ct.where(first_split, 1.0, l)
     acc = ct.full((TILE_D, columns), 0.0, dtype=ct.float32)
     shared = (K, V, BlockTable)
-    settings = (batch, kv_head, start, end, last_key, qk_scale_log2, TILE_D, TILE_N, CAUSAL,
-                PAGED, BLOCK_SIZE)
+    settings = (batch, kv_head, start, end, last_key, qk_scale_log2, tanh_scale, window_left,
+                TILE_D, TILE_N, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW)
     m, l, acc = attend(*shared, q_t, m, l, acc, lo, unmasked_lo, *settings, True)
     m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
     m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_hi, hi, *settings, True)

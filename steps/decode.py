@@ -18,6 +18,7 @@ from ..kernels import decode as kernels
 from ..platforms import DecodeLaunch, entry_for
 from .family import DECODE, MERGE_SPLITS
 from .launcher import current_stream, device_facts, with_hints
+from .variants import NO_VARIANTS, Variants
 
 # Columns of the transposed products (group heads x query rows) are at least this many:
 # the smallest N a warpgroup product takes.
@@ -45,6 +46,13 @@ class DecodeShape:
     has_lengths: bool
     write_lse: bool
     num_splits: int | None  # None: the platform's rule
+    # softcap, sinks and a window whose right side the causal mask (or the last key) is;
+    # None: none (not NO_VARIANTS: dynamo cannot build a default it has no source for)
+    variants: Variants | None = None
+
+    @property
+    def asked(self) -> Variants:
+        return NO_VARIANTS if self.variants is None else self.variants
 
 
 @dataclass
@@ -102,7 +110,8 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     constants = common | {"TILE_N": tile_n, "GROUP_TILE": group_tile, "CAUSAL": shape.causal,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
-                          "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1}
+                          "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1} | \
+        shape.asked.constants()
     merge_constants = common | {"SPLITS_TILE": power_of_two_at_least(splits)}
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
              "splits": splits}
@@ -133,14 +142,14 @@ def _placeholder(device: torch.device, rank: int, dtype: torch.dtype,
 
 
 def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: float,
-                   key_starts=None, key_ends=None, block_table=None,
+                   key_starts=None, key_ends=None, block_table=None, sinks=None,
                    launch: DecodeLaunch | None = None, keep_buffers: bool = True):
     """(out, lse or None) of q (batch, heads, q_len, D) against the cache; `shape` says
     the rest (checked by the caller: cutile_fmha.kvcache). out is like q; lse is (batch,
     heads, q_len) float32. key_starts/key_ends: int32 (batch,), where each sequence's keys
-    start and end, when shape.has_starts/has_lengths. `launch`: another than this GPU's
-    platform entry's (the autotuner's candidates). `keep_buffers`: False in the custom
-    operator (see ``kept``)."""
+    start and end, when shape.has_starts/has_lengths; sinks: (heads,) under
+    shape.asked.sinks. `launch`: another than this GPU's platform entry's (the
+    autotuner's candidates). `keep_buffers`: False in the custom operator (see ``kept``)."""
     device = q.device
     plan = _cached_plan(shape, device, launch)
     stream = current_stream(device)
@@ -155,7 +164,9 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
               "Partial": partial, "PartialLse": partial_lse,
               "KeyStarts": lengths if key_starts is None else key_starts,
               "KeyEnds": lengths if key_ends is None else key_ends,
-              "BlockTable": block_table, "qk_scale": scale, **plan.constants}
+              "BlockTable": block_table, "qk_scale": scale, **plan.constants,
+              **shape.asked.values(q_rows=shape.q_len, k_rows=shape.capacity, causal=True,
+                                   sinks=sinks, device=device)}
     ct.launch(stream, plan.grid, plan.kernel, DECODE.arguments(values))
     if plan.split_buffer_shape is not None:
         merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse,

@@ -295,14 +295,18 @@ _CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False)
     (Tensor("BlockTable", 2, ct.int32, aligned=False),)
 _OUTPUTS_AND_PARTIALS = (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
                          Tensor("Partial", 5, ct.float32), Tensor("PartialLse", 4, ct.float32))
+# The variants as in FORWARD_VARIANTS: Sinks after the lookups, softcap and window_left
+# (keys before each row's diagonal; the window's right side is the causal mask's) after
+# qk_scale, SOFTCAP, WINDOW and SINKS last.
 DECODE = KernelFamily(
     name="decode",
-    parameters=_QKV + _OUTPUTS_AND_PARTIALS + _CACHE_LOOKUP + (Scalar("qk_scale", ct.float32),)
+    parameters=_QKV + _OUTPUTS_AND_PARTIALS + _CACHE_LOOKUP
+    + (Tensor("Sinks", 1, ct.float32, aligned=False), Scalar("qk_scale", ct.float32))
+    + _VARIANT_SCALARS[:2]
     + tuple(Constant(name) for name in ("TILE_D", "TILE_N", "QUERY_GROUP", "GROUP_TILE",
-                                        "QUERY_ROWS",
-                                        "CAUSAL", "PAGED", "BLOCK_SIZE", "HAS_STARTS",
-                                        "HAS_LENGTHS",
-                                        "SPLIT", "WRITE_LSE")),
+                                        "QUERY_ROWS", "CAUSAL", "PAGED", "BLOCK_SIZE",
+                                        "HAS_STARTS", "HAS_LENGTHS", "SPLIT", "WRITE_LSE")
+          + VARIANT_CONSTANTS),
     grid=lambda values: (values["splits"], values["kv_heads"], values["batch"]),
 )
 MERGE_SPLITS = KernelFamily(

@@ -54,18 +54,27 @@ def reference_variants_launch(query, key, value, sinks, causal: str, scale: floa
 
 
 def reference_kvcache(query, key_cache, value_cache, cache_seqlens=None, *, cache_leftpad=None,
-                      is_causal=True, scale=None, **_):
-    """attention_with_kvcache on a dense cache in float64, sequence by sequence."""
+                      is_causal=True, scale=None, window_size=(-1, -1), softcap=None, sinks=None,
+                      **_):
+    """attention_with_kvcache on a dense cache in float64, sequence by sequence, with the
+    variants aligned to each sequence's last key."""
+    from cutile_fmha.steps.variants import Variants
+
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    window = None if tuple(window_size) == (-1, -1) else \
+        tuple(None if side == -1 else side for side in window_size)
+    variants = Variants(window=window, softcap=softcap, sinks=sinks is not None)
     ends = [key_cache.shape[2]] * query.shape[0] if cache_seqlens is None else cache_seqlens.tolist()
     starts = [0] * query.shape[0] if cache_leftpad is None else cache_leftpad.tolist()
     out = torch.zeros_like(query)
     for b, (start, end) in enumerate(zip(starts, ends)):
-        if end > start:
-            o, _ = reference(query[b:b + 1], key_cache[b:b + 1, :, start:end],
-                             value_cache[b:b + 1, :, start:end],
-                             causal="bottom_right" if is_causal else False, scale=scale)
-            out[b] = o[0].to(query.dtype)
+        if end > start or sinks is not None:
+            o, _ = reference_with_variants(query[b:b + 1], key_cache[b:b + 1, :, start:end],
+                                           value_cache[b:b + 1, :, start:end],
+                                           offset=end - start - query.shape[2],
+                                           causal=is_causal, scale=scale, variants=variants,
+                                           sinks=sinks)
+            out[b] = o[0]
     return out
 
 

@@ -211,3 +211,62 @@ def test_a_call_keeps_none_of_its_tensors_alive(splits):
     del query, keys, values, out, dense
     gc.collect()
     assert all(ref() is None for ref in refs)
+
+
+def reference_with_variants(query, keys, values, starts, ends, causal, scale, window_left,
+                            softcap, sinks):
+    """``reference`` with the variants: scores through softcap * tanh(scores / softcap),
+    keys more than window_left before each row's diagonal (ends[b] - q_len + row) left
+    out, and each head's sink in every row's softmax denominator."""
+    batch, heads, q_len, _ = query.shape
+    out = torch.zeros(query.shape, dtype=torch.float64, device=query.device)
+    lse = torch.zeros(query.shape[:-1], dtype=torch.float64, device=query.device)
+    for b in range(batch):
+        k, v = (t[b][:, starts[b]:ends[b]].double() for t in (keys, values))
+        k, v = (t.repeat_interleave(heads // t.shape[0], 0) for t in (k, v))
+        scores = query[b].double() @ k.transpose(-1, -2) * scale
+        scores = softcap * torch.tanh(scores / softcap)
+        key_index = torch.arange(starts[b], ends[b], device=query.device)[None, :]
+        diagonal = ends[b] - q_len + torch.arange(q_len, device=query.device)[:, None]
+        hidden = key_index < diagonal - window_left
+        if causal:
+            hidden |= key_index > diagonal
+        scores = scores.masked_fill(hidden, -math.inf)
+        sink = sinks.double()[:, None, None].expand(heads, q_len, 1)
+        lse[b] = torch.logsumexp(torch.cat([scores, sink], -1), -1)
+        out[b] = torch.exp(scores - lse[b][..., None]) @ v
+    return out, lse
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("splits", [1, 4, None])
+@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False)])
+def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, causal):
+    """The decode kernel with a window of 300 keys, softcap and sinks, dense (NaN outside
+    each sequence, left padding) and paged (shuffled blocks), split or not, against
+    float64: lengths 0, 1, shorter and longer than the window."""
+    batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
+    dtype = torch.bfloat16
+    generator = torch.Generator(device="cuda").manual_seed(q_len + 10 * paged)
+    ends = [1100, 0, 1, 517]
+    query = torch.randn(batch, heads, q_len, head_dim, generator=generator, device="cuda",
+                        dtype=dtype) * 3
+    sinks = torch.randn(heads, generator=generator, device="cuda")
+    lengths = torch.tensor(ends, dtype=torch.int32, device="cuda")
+    options = dict(is_causal=causal, num_splits=splits, return_lse=True, softcap=10.0,
+                   sinks=sinks, window_size=(300, 0 if causal else -1))
+    if paged:
+        starts = [0] * batch
+        (keys, values), table, dense = paged_cache(batch, kv_heads, capacity, head_dim, dtype,
+                                                   64, ends, generator)
+        out, lse = attention_with_kvcache(query, keys, values, lengths, block_table=table,
+                                          **options)
+    else:
+        starts = [min(e, 7 * b) for b, e in enumerate(ends)]
+        dense = dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator)
+        out, lse = attention_with_kvcache(query, *dense, lengths,
+                                          cache_leftpad=torch.tensor(starts, dtype=torch.int32,
+                                                                     device="cuda"), **options)
+    expected, expected_lse = reference_with_variants(query, *dense, starts, ends, causal,
+                                                     1 / math.sqrt(head_dim), 300, 10.0, sinks)
+    assert_close(out, lse, expected, expected_lse, dtype)

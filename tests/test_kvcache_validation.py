@@ -150,10 +150,47 @@ def test_buffers_are_kept_only_outside_a_cuda_graphs_memory_pool(monkeypatch):
     assert len(made) == 3
 
 
-@pytest.mark.parametrize("head_dim,options", [(64, {"softcap": 30.0}), (96, {})])
-def test_variants_and_other_head_dims_take_a_dense_cache_only(head_dim, options):
+@pytest.mark.parametrize("head_dim,q_len,options", [
+    (96, 1, {}), (64, 2, {"is_causal": False, "window_size": (8, 8)})])
+def test_other_head_dims_and_windows_bounded_right_take_a_dense_cache_only(head_dim, q_len,
+                                                                          options):
     query, k, v, table = paged(head_dim=head_dim)
-    with pytest.raises(ValueError, match=r"window_size, softcap, sinks and head dims other than "
-                                         r"\(64, 128, 256\) take a dense cache so far, not a "
-                                         r"paged one \(block_table\)"):
+    query = query.expand(-1, -1, q_len, -1)
+    with pytest.raises(ValueError, match=r"head dims other than \(64, 128, 256\), and a window's "
+                                         r"right side without is_causal, take a dense cache so "
+                                         r"far, not a paged one \(block_table\)"):
         attention_with_kvcache(query, k, v, lengths(), block_table=table, **options)
+
+
+def test_variants_on_a_paged_cache_reach_the_device_check():
+    """The decode kernel takes the variants on a paged cache: on the CPU, only the device
+    check stops it."""
+    query, k, v, table = paged()
+    with pytest.raises(ValueError, match="query must be on a CUDA device"):
+        attention_with_kvcache(query, k, v, lengths(), block_table=table, softcap=30.0,
+                               window_size=(64, 0), sinks=torch.zeros(8))
+
+
+@pytest.mark.parametrize("options", [{}, {"softcap": 30.0, "window_size": (64, 0)}])
+def test_a_compiled_call_is_one_operator_with_or_without_the_variants(options, monkeypatch):
+    """torch.compile(fullgraph=True) traces the checks into one decode operator, which gets
+    the variants (its launch replaced, and the device check skipped, to run on the CPU)."""
+    import cutile_fmha.kvcache as kvcache
+
+    shapes = []
+
+    def decode_forward(query, key_cache, value_cache, shape, **_):
+        shapes.append(shape)
+        return torch.zeros_like(query), None
+
+    monkeypatch.setattr(kvcache, "_check_devices", lambda named: None)
+    monkeypatch.setattr(kvcache, "decode_forward", decode_forward)
+    sinks = torch.zeros(8) if options else None
+    compiled = torch.compile(lambda *tensors: attention_with_kvcache(*tensors, sinks=sinks,
+                                                                     **options),
+                             fullgraph=True, backend="aot_eager")
+    query, keys, values = dense()
+    assert compiled(query, keys, values, lengths()).shape == query.shape
+    variants = shapes[-1].asked
+    assert (variants.softcap, variants.window, variants.sinks) == \
+        ((30.0, (64, 0), True) if options else (None, None, False))

@@ -108,32 +108,42 @@ def test_options_it_cannot_honour_raise(option, value):
         backend.attention_forward(torch.nn.Module(), q, q, q, None, dropout=0.1)
 
 
-def test_padded_packed_and_decoding_batches_take_the_variants_to_the_varlen_kernel(monkeypatch):
+def test_padded_and_packed_batches_take_the_variants_to_the_varlen_kernel_and_decoding_steps_to_the_decode_kernel(monkeypatch):  # noqa: E501
     """With a padding mask or packed sequences the variants go to the variable-length
-    kernel; so do decoding steps, which the decode kernel would take without them."""
-    calls = []
+    kernel; decoding steps take them to the decode kernel, in attention_with_kvcache's
+    names."""
+    calls, decoded = [], []
 
     def varlen_attention(query, key, value, bounds, max_q, max_k, **options):
         calls.append(options)
         return query, None
 
+    def attention_with_kvcache(query, *args, **options):
+        decoded.append(options)
+        return query
+
     monkeypatch.setattr(backend, "varlen_attention", varlen_attention)
-    monkeypatch.setattr(backend.kvcache, "attention_with_kvcache",
-                        lambda *args, **kwargs: pytest.fail("the decode kernel has no variants"))
+    monkeypatch.setattr(backend.kvcache, "attention_with_kvcache", attention_with_kvcache)
     sinks = torch.zeros(2)
-    q, k = torch.zeros(1, 2, 4, 64), torch.zeros(1, 2, 6, 64)
-    mask = torch.ones(1, 6, dtype=torch.bool)
+    prefill = torch.zeros(1, 2, backend.DECODE_MAX_QUERY + 1, 64)
+    q, k = torch.zeros(1, 2, 1, 64), torch.zeros(1, 2, prefill.shape[2], 64)
+    mask = torch.ones(1, prefill.shape[2], dtype=torch.bool)
     mask[0, 0] = False
     with torch.no_grad():
-        backend.attention_forward(torch.nn.Module(), q, k, k, mask, sliding_window=3, s_aux=sinks)
-        backend.attention_forward(torch.nn.Module(), q[:, :, :1], k, k, mask, softcap=20.0)
-        backend.attention_forward(torch.nn.Module(), q, q, q, None, softcap=20.0,
-                                  cu_seq_lens_q=torch.tensor([0, 4]),
-                                  cu_seq_lens_k=torch.tensor([0, 4]), max_length_q=4,
-                                  max_length_k=4)
-    assert [c["variants"].window for c in calls] == [(2, 0), None, None]
-    assert [c["variants"].softcap for c in calls] == [None, 20.0, 20.0]
+        backend.attention_forward(torch.nn.Module(), prefill, prefill, prefill, mask,
+                                  sliding_window=3, s_aux=sinks)
+        backend.attention_forward(torch.nn.Module(), prefill, prefill, prefill, None,
+                                  softcap=20.0, cu_seq_lens_q=torch.tensor([0, 17]),
+                                  cu_seq_lens_k=torch.tensor([0, 17]), max_length_q=17,
+                                  max_length_k=17)
+        backend.attention_forward(torch.nn.Module(), q, k, k, mask, softcap=20.0)
+        backend.attention_forward(torch.nn.Module(), q, k, k, None, sliding_window=3,
+                                  s_aux=sinks)
+    assert [c["variants"].window for c in calls] == [(2, 0), None]
+    assert [c["variants"].softcap for c in calls] == [None, 20.0]
     assert calls[0]["sinks"] is sinks and calls[0]["variants"].sinks
+    assert [(d["window_size"], d["softcap"], d["sinks"]) for d in decoded] == \
+        [((-1, -1), 20.0, None), ((2, 0), None, sinks)]
 
 
 def test_variants_take_transformers_window_as_the_keys_before_and_at_the_query(monkeypatch):
@@ -146,7 +156,7 @@ def test_variants_take_transformers_window_as_the_keys_before_and_at_the_query(m
         return query, None
 
     monkeypatch.setattr(backend, "run_attention", run_attention)
-    q, sinks = torch.zeros(1, 2, 4, 64), torch.zeros(2)
+    q, sinks = torch.zeros(1, 2, backend.DECODE_MAX_QUERY + 1, 64), torch.zeros(2)
     backend.attention_forward(torch.nn.Module(), q, q, q, None, sliding_window=16, softcap=30.0,
                               s_aux=sinks)
     assert seen["causal"] == "bottom_right" and seen["sinks"] is sinks
@@ -270,10 +280,10 @@ def test_softcap_window_and_sink_models_run_in_the_demo_against_eager(architectu
     assert result["max_logit_difference"] < 1e-4 and result["padded_logit_difference"] < 1e-4
     assert result["generate"]["agreeing"] == result["generate"]["tokens"] == 2 * 3
     assert "training: not run" in text
-    # Unpadded prefills take the dense variants' kernel; padded ones and every decoding
-    # step (the decode kernel has no variants) the variable-length one.
+    # Unpadded prefills take the dense variants' kernel, padded ones the variable-length
+    # one, decoding steps the decode kernel.
     assert kernels_on_the_cpu["variants"] and kernels_on_the_cpu["varlen_forward"]
-    assert not kernels_on_the_cpu["decode"] and not kernels_on_the_cpu["forward"]
+    assert kernels_on_the_cpu["decode"] and not kernels_on_the_cpu["forward"]
 
 
 def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
@@ -301,15 +311,16 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
         assert line in text
 
 
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("head_dim,with_variants", [(64, True), (96, False), (96, True)])
+@pytest.mark.parametrize("causal,head_dim,with_variants", [
+    (False, 64, True), (True, 96, False), (False, 96, False), (True, 96, True)])
 def test_kvcache_variants_run_the_variable_length_kernel_on_the_cache(causal, head_dim,
                                                                      with_variants,
                                                                      monkeypatch):
-    """attention_with_kvcache with a window, softcap and sinks, or a head dim the decode
-    kernel does not run (96): each batch row's keys from cache_leftpad to cache_seqlens, the
-    window aligned to the last key (the variable-length kernel replaced by float64, and the
-    device check skipped, to run on the CPU)."""
+    """attention_with_kvcache at a head dim the decode kernel does not run (96), or with a
+    window bounded on the right without is_causal (the decode kernel takes the others):
+    each batch row's keys from cache_leftpad to cache_seqlens, the window aligned to the
+    last key (the variable-length kernel replaced by float64, and the device check
+    skipped, to run on the CPU)."""
     from conftest import reference_varlen_forward, reference_with_variants
 
     import cutile_fmha.kvcache as kvcache
