@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cutile_fmha.kernels import backward as backward_kernels
+from cutile_fmha.kernels import decode as decode_kernels
 from cutile_fmha.kernels import step5_occupancy, step6_approx_div, step9_unmasked_loop
 from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, entry_for
 from cutile_fmha.platforms.backward import backward_entry_for
@@ -27,7 +28,9 @@ from cutile_fmha.steps.compile import (compile_backward, compile_fp8, compile_st
                                        compile_variants, compile_varlen, export_cubin,
                                        resource_usage, sass)
 from cutile_fmha.steps.definitions import fastest_step, step_of
-from cutile_fmha.steps.family import backward_constants, forward_constants
+from cutile_fmha.steps.decode import DecodeShape, decode_plan
+from cutile_fmha.steps.family import DECODE, backward_constants, forward_constants
+from cutile_fmha.steps.launcher import with_hints
 from cutile_fmha.steps.variants import Variants
 
 pytestmark = pytest.mark.skipif(
@@ -130,6 +133,23 @@ def test_variant_branches_cost_the_plain_kernel_nothing(variant, tmp_path):
     step = step_of(step9_unmasked_loop).number
     assert sm90_sass(step, STEPS[step].kernel, write_lse=False) == \
         sm90_sass(step, kernel_without(step, tmp_path, variant), write_lse=False)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
+    """The decode kernel's SOFTCAP, WINDOW and SINKS off (every plain decoding launch):
+    its sm_90 machine code is that of kernels/decode.py with their branches deleted, split
+    and causal, dense with left padding or paged."""
+    shape = DecodeShape(batch=1, head_dim=128, kv_heads=8, group=4, q_len=2, capacity=8192,
+                        block_size=64 if paged else None, causal=True, has_starts=not paged,
+                        has_lengths=True, write_lse=True, num_splits=4)
+    launch = entry_for("sm_90").decode[128]
+    plan = decode_plan(shape, launch, sms=132, device=None)
+    without = module_without(decode_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW", "SINKS")
+    assert sass(export_cubin(plan.kernel, DECODE, dtype="bfloat16", constants=plan.constants,
+                             arch="sm_90")) == \
+        sass(export_cubin(with_hints(without.decode, launch.hints()), DECODE,
+                          dtype="bfloat16", constants=plan.constants, arch="sm_90"))
 
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])
