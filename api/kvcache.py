@@ -220,20 +220,15 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
         return (out, lse) if return_lse else out
     if torch.compiler.is_compiling():  # traced once: one opaque operator in the graph
         shape, scale = _check(*arguments)
-    else:
-        shape, scale = checked_once(_CHECKED, _check, arguments, tensors=6)
-    variants = NO_VARIANTS
-    if window_size != (-1, -1) or softcap is not None or sinks is not None:
-        variants = _check_variants(query, window_size, softcap, sinks)
-        if sinks is not None:
-            _check_devices([("query", query), ("sinks", sinks)])
-    if torch.compiler.is_compiling():
+        variants = _check_variants_of(query, window_size, softcap, sinks)
         out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
                            block_table, shape.causal, scale, shape.num_splits, return_lse,
                            sinks, *variants.operator_arguments())
         return (out, lse) if return_lse else out
-    if variants.any:
-        shape = replace(shape, variants=variants)
+    # A model calls this per layer and token: the checks run once per shape key.
+    shape, scale = checked_once(_CHECKED_WITH_VARIANTS, _check_with_variants,
+                                arguments[:6] + (sinks,) + arguments[6:] + (window_size, softcap),
+                                tensors=7)
     if query.shape[0] == 0:
         out = torch.empty_like(query)
         return (out, query.new_empty(query.shape[:-1], dtype=torch.float32)) if return_lse \
@@ -243,6 +238,30 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
                               key_starts=cache_leftpad, key_ends=cache_seqlens,
                               block_table=block_table, sinks=sinks)
     return (out, lse) if return_lse else out
+
+
+def _check_variants_of(query, window_size, softcap, sinks) -> Variants:
+    """The variants asked for, checked (NO_VARIANTS for none)."""
+    if window_size == (-1, -1) and softcap is None and sinks is None:
+        return NO_VARIANTS
+    if sinks is not None:
+        _check_devices([("query", query), ("sinks", sinks)])
+    return _check_variants(query, window_size, softcap, sinks)
+
+
+# Shape key, the variants and the sinks' tensor key -> (DecodeShape with the variants,
+# softmax scale), for calls already checked.
+_CHECKED_WITH_VARIANTS: dict[tuple, tuple[DecodeShape, float]] = {}
+
+
+def _check_with_variants(query, key_cache, value_cache, cache_seqlens, block_table,
+                         cache_leftpad, sinks, *options) -> tuple[DecodeShape, float]:
+    """``_check`` and the variants (options: _check's, then window_size and softcap)."""
+    *checked, window_size, softcap = options
+    shape, scale = _check(query, key_cache, value_cache, cache_seqlens, block_table,
+                          cache_leftpad, *checked)
+    variants = _check_variants_of(query, window_size, softcap, sinks)
+    return (replace(shape, variants=variants) if variants.any else shape), scale
 
 
 def _needs_varlen(query, is_causal, window_size) -> bool:

@@ -194,3 +194,25 @@ def test_a_compiled_call_is_one_operator_with_or_without_the_variants(options, m
     variants = shapes[-1].asked
     assert (variants.softcap, variants.window, variants.sinks) == \
         ((30.0, (64, 0), True) if options else (None, None, False))
+
+
+def test_the_variants_are_checked_once_per_shape_key(monkeypatch):
+    """A decoding step calls this per layer and token: the variants' checks run on the
+    first call of a shape key only (its launch replaced, and the device check skipped, to
+    run on the CPU); other variants make another key."""
+    import cutile_fmha.kvcache as kvcache
+
+    checks, shapes = [], []
+    check_variants = kvcache._check_variants
+    monkeypatch.setattr(kvcache, "_check_variants",
+                        lambda *args: checks.append(1) or check_variants(*args))
+    monkeypatch.setattr(kvcache, "_check_devices", lambda named: None)
+    monkeypatch.setattr(kvcache, "decode_forward",
+                        lambda query, *args, **_: shapes.append(args[2]) or (query, None))
+    query, keys, values = dense()
+    sinks = torch.zeros(8)
+    for softcap in (30.0, 30.0, 30.0, 20.0):
+        attention_with_kvcache(query, keys, values, lengths(), softcap=softcap, sinks=sinks,
+                               window_size=(64, 0))
+    assert len(checks) == 2
+    assert [shape.asked.softcap for shape in shapes] == [30.0, 30.0, 30.0, 20.0]
