@@ -266,23 +266,26 @@ def test_flash_style_packing_keywords_are_used_as_given(kernels_on_the_cpu):
 def test_softcap_window_and_sink_models_run_in_the_demo_against_eager(architecture,
                                                                      kernels_on_the_cpu):
     """The demo's Gemma-2-like and gpt-oss-like models, with the variants' kernels replaced
-    by float64: eager's logits, padded too, and its greedy tokens; no training."""
+    by float64: eager's logits, padded too, its greedy tokens, and its training losses step
+    by step (the variants' backward through transformers, the sinks' gradient included)."""
     from cutile_fmha.assets import fmha_llama_demo as demo
 
     args = demo.parse_args(["--architecture", architecture, "--layers", "2", "--hidden-size",
                             "256", "--heads", "4", "--kv-heads", "2", "--vocab-size", "64",
                             "--batch", "2", "--seq-len", "40", "--new-tokens", "3",
-                            "--sliding-window", "16", "--softcap", "5"])
+                            "--sliding-window", "16", "--softcap", "5", "--train-steps", "4"])
     result = demo.run(args, torch.device("cpu"), dtype=torch.float32)
     text, ok = demo.report(result, args)
     assert ok, text
-    assert result["reference"] == "eager" and "losses" not in result
+    assert result["reference"] == "eager"
     assert result["max_logit_difference"] < 1e-4 and result["padded_logit_difference"] < 1e-4
     assert result["generate"]["agreeing"] == result["generate"]["tokens"] == 2 * 3
-    assert "training: not run" in text
-    # Unpadded prefills take the dense variants' kernel, padded ones the variable-length
-    # one, decoding steps the decode kernel.
+    torch.testing.assert_close(result["losses"]["cutile_fmha"], result["losses"]["eager"],
+                               rtol=1e-4, atol=1e-4)
+    # Unpadded prefills and training take the dense variants' kernel, padded prefills and
+    # packed training the variable-length one, decoding steps the decode kernel.
     assert kernels_on_the_cpu["variants"] and kernels_on_the_cpu["varlen_forward"]
+    assert kernels_on_the_cpu["backward"] and kernels_on_the_cpu["varlen_backward"]
     assert kernels_on_the_cpu["decode"] and not kernels_on_the_cpu["forward"]
 
 
