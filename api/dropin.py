@@ -181,18 +181,24 @@ def _(grad_out, query, key, value, out, lse, sinks, causal, scale, window_left, 
             lse.new_empty(0) if sinks is None else torch.empty_like(sinks))
 
 
+def require_lse(operator: str, with_lse: bool) -> None:
+    """The backward rebuilds P from the forward's LSE: a forward operator saved for autograd
+    must have written it."""
+    if not with_lse:
+        raise RuntimeError(f"cutile_fmha::{operator} ran without its LSE, which the backward "
+                           f"needs: call it with with_lse=True when inputs require grad")
+
+
 def _save_for_backward(ctx, inputs, output):
     query, key, value, causal, scale, with_lse = inputs
-    if not with_lse:
-        raise RuntimeError("cutile_fmha::forward ran without its LSE, which the backward "
-                           "needs: call it with with_lse=True when inputs require grad")
+    require_lse("forward", with_lse)
     ctx.save_for_backward(query, key, value, *output)
     ctx.causal, ctx.scale = causal, scale
 
 
 def _gradients(ctx, grad_out, _grad_lse):  # the LSE is an output, not differentiable
     dq, dk, dv, _ = _backward(grad_out, *ctx.saved_tensors, None, ctx.causal, ctx.scale,
-                              *Variants().operator_arguments())
+                              *NO_VARIANTS.operator_arguments())
     return dq, dk, dv, None, None, None
 
 
@@ -255,9 +261,7 @@ def _(query, key, value, sinks, causal, scale, with_lse, window_left, window_rig
 
 def _save_variants_for_backward(ctx, inputs, output):
     query, key, value, sinks, causal, scale, with_lse, *window_and_softcap = inputs
-    if not with_lse:
-        raise RuntimeError("cutile_fmha::forward_variants ran without its LSE, which the "
-                           "backward needs: call it with with_lse=True when inputs require grad")
+    require_lse("forward_variants", with_lse)
     ctx.save_for_backward(query, key, value, sinks, *output)
     ctx.causal, ctx.scale, ctx.window_and_softcap = causal, scale, window_and_softcap
 

@@ -9,7 +9,7 @@ both layouts).
 
 import torch
 
-from .dropin import _check_variants, checked_once, needs_grad
+from .dropin import _check_variants, checked_once, needs_grad, require_lse
 from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
                              softmax_scale)
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient
@@ -80,9 +80,7 @@ def _(grad_out, query, key, value, out, lse, query_starts, query_ends, key_start
 def _save_for_backward(ctx, inputs, output):
     query, key, value, *bounds = inputs[:7]
     max_seqlen_q, max_seqlen_k, causal, scale, with_lse, fill, sinks = inputs[7:14]
-    if not with_lse:
-        raise RuntimeError("cutile_fmha::varlen_forward ran without its LSE, which the "
-                           "backward needs: call it with with_lse=True when inputs require grad")
+    require_lse("varlen_forward", with_lse)
     ctx.save_for_backward(query, key, value, *output, *bounds, sinks)
     ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
     ctx.causal, ctx.scale, ctx.fill = causal, scale, fill

@@ -173,12 +173,9 @@ def decode_rows(args, progress) -> list[dict]:
              for name, o in options.items()}
     seen = {name: min(capacity, args.window + 1) if "window" in name else capacity
             for name in calls}
-    with torch.no_grad():
-        rows = timed_rows(f"decode B={batch} cache {capacity}", True, calls,
-                          {name: 4.0 * batch * 32 * seen[name] * 128 for name in calls},
-                          argparse.Namespace(backward=False, rounds=args.rounds), progress,
-                          baseline="plain")
-    return rows
+    return timed_rows(f"decode B={batch} cache {capacity}", True, calls,
+                      {name: 4.0 * batch * 32 * seen[name] * 128 for name in calls}, args,
+                      progress, baseline="plain")
 
 
 def main(argv=None) -> int:
