@@ -27,7 +27,6 @@ The local attention is pluggable (``LocalAttention``): the cuTile kernels by def
 tests' stand-in).
 """
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -107,15 +106,22 @@ def zigzag_unshard(shards: list[torch.Tensor], dim: int = 2) -> torch.Tensor:
 
 def merge_partials(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
                    block_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two attentions of the same queries to disjoint key sets, as one: out (float32) and
-    lse (float32, -inf for rows that saw nothing yet) merged with a block's. Returns the
-    new (out, lse); rows that see nothing in either stay 0 and -inf."""
+    """Two attentions of the same queries to disjoint key sets, as one: merges a block's
+    (block_out, block_lse) into out (float32 or float64) and lse (-inf for rows that saw
+    nothing yet) in place, views of larger tensors included, and returns them; rows that
+    see nothing in either stay 0 and -inf."""
     new_lse = torch.logaddexp(lse, block_lse)
-    finite = torch.isfinite(new_lse)
-    safe = torch.where(finite, new_lse, 0.0)
-    weight = torch.where(finite, torch.exp(lse - safe), 0.0)[..., None]
-    block_weight = torch.where(finite, torch.exp(block_lse - safe), 0.0)[..., None]
-    return out * weight + block_out.to(torch.float32) * block_weight, new_lse
+    # Rows still at -inf take 0 as their reference, so that both their weights are exp(-inf).
+    reference = new_lse.nan_to_num(neginf=0.0)
+    out.mul_(torch.exp(lse - reference)[..., None])
+    out.addcmul_(block_out, torch.exp(block_lse - reference)[..., None])
+    lse.copy_(new_lse)
+    return out, lse
+
+
+def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:
+    """float32 for half-precision shards, float64 for float64 ones (the reference's)."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 def _check_world(rank: int, world_size: int) -> None:
@@ -199,8 +205,6 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, group, causal, scale, local):
         rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-        out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        lse = torch.full(q.shape[:-1], -math.inf, dtype=torch.float32, device=q.device)
         block = [k.contiguous(), v.contiguous()]  # what P2P sends must be contiguous
         for step in range(world_size):
             requests = []
@@ -210,13 +214,16 @@ class _RingAttention(torch.autograd.Function):
                                                     q.shape[2])
             block_out, block_lse = local.forward(q[:, :, rows], block[0][:, :, keys],
                                                  block[1][:, :, keys], block_causal, scale)
-            out[:, :, rows], lse[:, :, rows] = merge_partials(
-                out[:, :, rows], lse[:, :, rows], block_out, block_lse)
+            if step == 0:  # this rank's own block: every row, nothing to merge with yet
+                out = block_out.to(_accumulator_dtype(q))
+                lse = block_lse.to(_accumulator_dtype(q))
+            else:
+                merge_partials(out[:, :, rows], lse[:, :, rows], block_out, block_lse)
             for request in requests:
                 request.wait()
             if requests:
                 block = incoming
-        out = out.to(q.dtype)
+        out, lse = out.to(q.dtype), lse.float()
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.group, ctx.causal, ctx.scale, ctx.local = group, causal, scale, local
         ctx.mark_non_differentiable(lse)
@@ -228,10 +235,10 @@ class _RingAttention(torch.autograd.Function):
         group, causal, scale, local = ctx.group, ctx.causal, ctx.scale, ctx.local
         rank, world_size = dist.get_rank(group), dist.get_world_size(group)
         grad_out = grad_out.contiguous()
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         block = [k.contiguous(), v.contiguous()]
-        # The accumulator of the block this rank holds: its dK/dV from the ranks before.
-        accumulator = None
+        # (the dK/dV accumulator of the block this rank holds, on its way from the previous
+        # rank; the requests to wait on before reading it)
+        accumulator, arriving = None, []
         for step in range(world_size):
             requests = []
             if step < world_size - 1:
@@ -241,24 +248,25 @@ class _RingAttention(torch.autograd.Function):
             block_dq, block_dk, block_dv = local.backward(
                 q[:, :, rows], block[0][:, :, keys], block[1][:, :, keys], out[:, :, rows],
                 lse[:, :, rows].contiguous(), grad_out[:, :, rows], block_causal, scale)
-            dq[:, :, rows] += block_dq.to(torch.float32)
-            contribution = torch.zeros((2,) + k.shape, dtype=torch.float32, device=k.device)
-            contribution[0][:, :, keys] = block_dk.to(torch.float32)
-            contribution[1][:, :, keys] = block_dv.to(torch.float32)
-            if accumulator is not None:
-                for request in accumulator[1]:
+            if step == 0:  # this rank's own block: every row and key
+                dq = block_dq.to(_accumulator_dtype(q))
+                accumulator = torch.stack((block_dk, block_dv)).to(_accumulator_dtype(k))
+            else:
+                dq[:, :, rows] += block_dq
+                for request in arriving:
                     request.wait()
-                contribution += accumulator[0][0]
-            # On to the next rank, which holds this block next (or, after the last step, owns it).
-            received, sent = _ring_exchange([contribution], group, rank, world_size)
-            accumulator = (received, sent)
+                accumulator[0][:, :, keys] += block_dk
+                accumulator[1][:, :, keys] += block_dv
+            # On to the next rank, which holds this block next (or, after the last step, owns
+            # it); the requests keep the buffer sent alive until they are waited on.
+            (accumulator,), arriving = _ring_exchange([accumulator], group, rank, world_size)
             for request in requests:
                 request.wait()
             if requests:
                 block = incoming
-        for request in accumulator[1]:
+        for request in arriving:
             request.wait()
-        dk, dv = accumulator[0][0]
+        dk, dv = accumulator
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
 
 

@@ -9,7 +9,7 @@ and against PyTorch's context_parallel (ring attention over SDPA), in the same r
 One process per GPU. For each N and mask (B=1, H=32, D=128, bf16 by default) it times,
 forward and forward+backward (the slowest rank's time, events around --iterations calls
 after one warm-up): our attention() on the whole sequence on each GPU alone (where it
-fits: "one GPU"), ring_attention on zigzag shards across all of them, and
+fits, up to --one-gpu-up-to: "one GPU"), ring_attention on zigzag shards across all of them, and
 torch.distributed.tensor.experimental.context_parallel with each SDPA backend of
 --sdpa-backends. It reports each time, TFLOPS per GPU (forward+backward counts 3.5x the
 forward's FLOPs), the speed-up over our one GPU and the scaling efficiency (speed-up over
@@ -55,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(measure.DTYPES))
     parser.add_argument("--iterations", type=measure.positive_int, default=3)
+    parser.add_argument("--one-gpu-up-to", type=measure.positive_int, default=None,
+                        metavar="N", help="time the one-GPU baseline only up to this "
+                        "sequence length (it takes minutes per call past 256k)")
     parser.add_argument("--sdpa-backends", nargs="+", default=["cudnn", "flash"],
                         choices=["cudnn", "flash", "efficient"],
                         help="PyTorch context_parallel's SDPA backends to time")
@@ -109,8 +112,10 @@ def measured(forward, backward_of, iterations: int) -> dict:
 def methods(args, q, k, v, grad, causal: bool, mesh):
     """(name, GPUs, forward, backward_of) of each method on the full (B, H, N, D) tensors,
     yielded one at a time: PyTorch's context_parallel is timed inside its context, which
-    shards copies of the tensors once (head-tail balanced under the causal mask)."""
+    shards copies of the tensors once (head-tail balanced under the causal mask, in
+    plain chunks without it)."""
     from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import _cp_options as options
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from cutile_fmha import attention
@@ -119,8 +124,9 @@ def methods(args, q, k, v, grad, causal: bool, mesh):
     rank, world = dist.get_rank(), dist.get_world_size()
     gqa = q.shape[1] != k.shape[1]
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    yield ("ours, one GPU", 1, lambda: attention(*leaves, is_causal=causal, enable_gqa=gqa),
-           lambda out: out.backward(grad))
+    if args.one_gpu_up_to is None or q.shape[2] <= args.one_gpu_up_to:
+        yield ("ours, one GPU", 1, lambda: attention(*leaves, is_causal=causal, enable_gqa=gqa),
+               lambda out: out.backward(grad))
     shards = [zigzag_shard(t, rank, world).requires_grad_() for t in (q, k, v)]
     grad_shard = zigzag_shard(grad, rank, world)
     yield ("ours, ring_attention", world, lambda: ring_attention(*shards, is_causal=causal),
@@ -128,6 +134,8 @@ def methods(args, q, k, v, grad, causal: bool, mesh):
     del leaves, shards
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    # Its head-tail load balance takes only the causal mask: without one, plain chunks.
+    options.enable_load_balance = causal
     for name in args.sdpa_backends:
         buffers = [t.detach().clone() for t in (q, k, v, grad)]
         with context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2] * 4,

@@ -215,6 +215,25 @@ def _check_shapes(q, k, v, n: Names, *, padded: bool = False) -> None:
     if batch > MAX_GRID_YZ or heads > MAX_GRID_YZ:
         raise ValueError(f"batch and heads must each be at most {MAX_GRID_YZ}, got "
                          f"batch={batch}, heads={heads}")
+    for name, t in ((n.q, q), (n.k, k), (n.v, v)):
+        _check_32_bit_strides(name, t)
+
+
+# cuTile passes a tensor's strides as 32-bit integers.
+MAX_STRIDE = 2 ** 31 - 1
+
+
+def _check_32_bit_strides(name: str, t: torch.Tensor) -> None:
+    """t's strides, and those of a contiguous tensor of its shape (the outputs and
+    gradients made for it), within what cuTile takes."""
+    per_batch = t[0].numel() if t.shape[0] else 0
+    if per_batch > MAX_STRIDE or any(stride > MAX_STRIDE for stride, size
+                                     in zip(t.stride(), t.shape) if size > 1):
+        raise ValueError(f"{name} is too long for the kernels' 32-bit strides: heads x "
+                         f"seq_len x head_dim and each stride must be at most {MAX_STRIDE} "
+                         f"elements, got shape {tuple(t.shape)} (strides {t.stride()}); split "
+                         f"the heads over several calls, or the sequence over GPUs with "
+                         f"cutile_fmha.distributed.ring_attention")
 
 
 def causal_query_offset(causal, q_len: int, k_len: int) -> int | None:

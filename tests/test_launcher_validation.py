@@ -6,6 +6,7 @@ import re
 import pytest
 import torch
 
+import cutile_fmha
 from cutile_fmha.steps import STEPS, attention, plan_launch
 from cutile_fmha.platforms.environment import CHECK_COMMAND
 
@@ -176,3 +177,18 @@ def test_on_device_makes_a_launch_once_per_architecture_and_shape(monkeypatch):
     assert launcher.on_device(make, torch.device("cpu"), head_dim=128, causal=True) is first
     launcher.on_device(make, torch.device("cpu"), head_dim=64, causal=True)
     assert made == [("sm_90", 128, True), ("sm_90", 64, True)]
+
+
+def test_tensors_past_32_bit_strides():
+    """cuTile takes 32-bit strides: a sequence whose heads x length x head dim passes 2^31
+    elements per batch entry (the outputs made for it would), or a view with a larger
+    stride, is refused by name (meta tensors: no memory needed)."""
+    long = torch.empty(1, 32, 2 ** 19, 128, dtype=torch.float16, device="meta")
+    with pytest.raises(ValueError, match=r"query is too long for the kernels' 32-bit strides"
+                                         r".*ring_attention"):
+        cutile_fmha.attention(long, long, long, is_causal=True)
+    q = torch.empty(2, 2, 8, 64, dtype=torch.float16, device="meta")
+    strided = torch.empty(0, dtype=torch.float16, device="meta").as_strided(
+        (2, 2, 8, 64), (2 ** 31, 512, 64, 1))
+    with pytest.raises(ValueError, match=r"k is too long .* \(strides \(2147483648, 512, 64, 1\)"):
+        attention(q, strided, q)
