@@ -14,8 +14,8 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward, row_dot
 from .steps.launcher import (HEAD_DIMS, LaunchPlan, Names, _check_devices, _check_shapes,
-                             build_plan, causal_query_offset, is_padded, softmax_scale,
-                             unused_lse)
+                             build_plan, causal_query_offset, is_padded, rows_contiguous,
+                             softmax_scale, unused_lse)
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient, variants_forward
 
 __all__ = ["attention", "attention_with_lse"]
@@ -136,7 +136,7 @@ def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool)
     plan, made_now = plan_for(query, key, value, causal, scale, with_lse)
     if made_now:
         return plan.launch(), plan.lse
-    out = torch.empty_like(query, memory_format=torch.contiguous_format)
+    out = torch.empty_like(query)
     lse = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device) \
         if with_lse else unused_lse(query.device)
     plan.launch_on(query, key, value, out, lse)
@@ -166,7 +166,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
     """(dq, dk, dv, dsinks: empty without sinks); the window and softcap as
     ``Variants.operator_arguments`` gives them (the LSE holds the sinks' terms)."""
     variants = Variants.of_operator_arguments(window_left, window_right, softcap, None)
-    grad_out = grad_out.to(out.dtype).contiguous()
+    grad_out = rows_contiguous(grad_out.to(out.dtype))
     delta = row_dot(out, grad_out)  # once, for the kernels and the sinks
     dq, dk, dv = attention_backward(query, key, value, out, lse, grad_out,
                                     causal=_launcher_causal(causal), scale=scale,

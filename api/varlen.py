@@ -11,7 +11,7 @@ import torch
 
 from .dropin import _check_variants, checked_once, needs_grad, require_lse
 from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
-                             softmax_scale)
+                             rows_contiguous, softmax_scale)
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient
 from .steps.backward import row_dot
 from .steps.varlen import (SequenceBounds, new_output, packed_bounds, varlen_backward,
@@ -57,9 +57,7 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, dsinks: empty without sinks). Rows outside every sequence hold out 0
     (a padded batch's fill) or are none (packed), so they add nothing to dsinks."""
-    grad_out = grad_out.to(out.dtype)
-    if grad_out.stride(-1) != 1:
-        grad_out = grad_out.contiguous()
+    grad_out = rows_contiguous(grad_out.to(out.dtype))
     bounds = SequenceBounds(query_starts, query_ends, key_starts, key_ends)
     delta = row_dot(out, grad_out)  # once, for the kernels and the sinks
     dq, dk, dv = varlen_backward(

@@ -12,8 +12,8 @@ from ..kernels import backward as kernels
 from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
-from .launcher import (causal_query_offset, device_facts, launch_head_dim, softmax_scale,
-                       tile_head_dim, with_hints)
+from .launcher import (causal_query_offset, device_facts, launch_head_dim, rows_contiguous,
+                       softmax_scale, tile_head_dim, with_hints)
 from .variants import NO_VARIANTS, Variants
 
 ROW_DOT_TILE_M = 64
@@ -85,7 +85,7 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     if grad_out.shape != out.shape:
         raise ValueError(f"grad_out must have out's shape {tuple(out.shape)}, got "
                          f"{tuple(grad_out.shape)}")
-    grad_out = grad_out.to(out.dtype).contiguous()
+    grad_out = rows_contiguous(grad_out.to(out.dtype))
     query_offset = causal_query_offset(causal, q_len, k.shape[2])
     scale = softmax_scale(scale, head_dim)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

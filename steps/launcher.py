@@ -133,6 +133,12 @@ def _check_tensor(name: str, t) -> None:
                          f"{t.stride()}; pass {name}.contiguous()")
 
 
+def rows_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """t itself where its last dimension is contiguous (what the kernels need: other strides
+    are free, so a transposed gradient needs no copy), else a contiguous copy."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 def _check_devices(named_tensors) -> None:
     """All on one CUDA device (checked last, so shape errors show on any machine)."""
     first_name, first = named_tensors[0]
@@ -309,8 +315,8 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     tiles, hints = STEPS[step].launch_config(entry, native=entry is entry_for(device_arch),
                                              head_dim=head_dim, causal=causal)
     kernel = kernel_for(step, hints)
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if out is None:  # in q's layout: (batch, seq, heads, D) memory stays so, with no copy
+        out = torch.empty_like(q)
     lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device) \
         if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,

@@ -12,6 +12,7 @@ import itertools
 import pytest
 import torch
 
+import cutile_fmha
 from cutile_fmha.assets.measure import (Shape, extra_peak_memory, make_inputs, sdpa,
                                         within_tolerance)
 from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS
@@ -113,6 +114,23 @@ def test_non_contiguous_heads_layout():
                for _ in range(3))
     out = attention(q, k, v, causal=True)
     assert reference_errors(out, q, k, v, causal=True)[0] < 2e-3
+    # The output keeps that layout, so a model's transpose back to it copies nothing.
+    assert out.stride() == q.stride() and out.transpose(1, 2).is_contiguous()
+
+
+def test_gradients_of_the_models_layout_need_no_contiguous_copy():
+    """The drop-in's output in the query's (batch, seq, heads, D) layout, and the gradient
+    that comes back through the model's transpose (strided the same way) taken as it is:
+    the same gradients as from a contiguous copy of it."""
+    q, k, v = (torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.float16).transpose(1, 2)
+               .requires_grad_() for _ in range(3))
+    out = cutile_fmha.attention(q, k, v, is_causal=True)
+    assert out.stride() == q.stride()
+    grad = torch.randn(2, 300, 4, 64, device="cuda", dtype=torch.float16).transpose(1, 2)
+    strided = torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+    contiguous = torch.autograd.grad(out, (q, k, v), grad.contiguous())
+    for mine, expected in zip(strided, contiguous):
+        assert torch.equal(mine, expected)
 
 
 # Past D=256 (steps 10 and 11, the head dim tiled): every head dim, causal and not, at this
