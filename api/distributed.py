@@ -257,8 +257,13 @@ class _RingAttention(torch.autograd.Function):
                     request.wait()
                 accumulator[0][:, :, keys] += block_dk
                 accumulator[1][:, :, keys] += block_dv
-            # On to the next rank, which holds this block next (or, after the last step, owns
-            # it); the requests keep the buffer sent alive until they are waited on.
+            # On to the next rank, which holds this block next, or after the last step owns
+            # it: that hop carries the finished sum in k's dtype (the owner's cast, made by
+            # the sender: the same numbers in half of float32's bytes, and this transfer is
+            # the one no computation hides). The requests keep what is sent alive until
+            # they are waited on.
+            if step == world_size - 1:
+                accumulator = accumulator.to(k.dtype)
             (accumulator,), arriving = _ring_exchange([accumulator], group, rank, world_size)
             for request in requests:
                 request.wait()

@@ -34,6 +34,8 @@ def one_gpu(q, k, v, causal: bool, scale: float):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--bfloat16", action="store_true",
+                        help="on CPUs, bfloat16 shards instead of float64 (the GPU's dtype)")
     args = parser.parse_args()
     dist.init_process_group("nccl" if args.gpu else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -44,6 +46,8 @@ def main() -> int:
     else:  # an odd chunk length: the shards are no power of two
         device, dtype, local, reference = "cpu", torch.float64, TORCH_LOCAL, whole_sequence
         chunk, batch, heads, kv_heads, head_dim, tolerance = 5, 2, 4, 2, 16, 1e-4
+        if args.bfloat16:
+            dtype, tolerance = torch.bfloat16, 2e-2
     length = 2 * world * chunk
     failures = []
     for causal in (False, True):

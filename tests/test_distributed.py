@@ -138,12 +138,15 @@ def test_one_rank_is_plain_attention(one_rank_group):
     assert torch.allclose(out, expected) and torch.allclose(lse, expected_lse.float())
 
 
-@pytest.mark.parametrize("processes", [2, 3, 4, 8])
-def test_the_ring_over_gloo_matches_the_whole_sequence(processes):
+@pytest.mark.parametrize("processes,dtype", [(2, "float64"), (3, "float64"), (4, "float64"),
+                                             (8, "float64"), (3, "bfloat16")])
+def test_the_ring_over_gloo_matches_the_whole_sequence(processes, dtype):
     """Forward, LSE and gradients of every rank's shard, causal and not, GQA: each rank
-    checks itself and exits non-zero on a mismatch."""
+    checks itself and exits non-zero on a mismatch. In bfloat16 the accumulators are
+    float32 and dK/dV's last hop is in bfloat16."""
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={processes}", str(WORKER)],
+                           f"--nproc-per-node={processes}", str(WORKER)] +
+                          (["--bfloat16"] if dtype == "bfloat16" else []),
                           capture_output=True, text=True, timeout=300,
                           env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
