@@ -347,7 +347,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     step; the others, and D_v other than D as DeepSeek's 192/128, run step 9's code on
     tiles of the next of 64/128/256, zero-padded), or D = D_v a multiple of 64 from 320 to
     1024 but 832 (steps 10-11 tile the head dim; forward only: a backward past D=256
-    raises ValueError). The output has value's head dim.
+    raises ValueError). The output has value's head dim and query's layout (a (batch,
+    seq, heads, D) tensor viewed as (batch, heads, seq, D) gets an output strided so too,
+    as from SDPA's cuDNN backend: transposing it back copies nothing).
     attn_mask: None, or a ``CausalBias`` from ``torch.nn.attention.bias``:
         ``causal_upper_left(q_len, k_len)`` (the same as is_causal=True) or
         ``causal_lower_right(q_len, k_len)`` (query i sees keys 0..i + k_len - q_len, as in

@@ -230,8 +230,8 @@ MAX_STRIDE = 2 ** 31 - 1
 
 
 def _check_32_bit_strides(name: str, t: torch.Tensor) -> None:
-    """t's strides, and those of a contiguous tensor of its shape (the outputs and
-    gradients made for it), within what cuTile takes."""
+    """t's strides, and those of the outputs and gradients made in its layout (dense: none
+    above heads x seq_len x head_dim), within what cuTile takes."""
     per_batch = t[0].numel() if t.shape[0] else 0
     if per_batch > MAX_STRIDE or any(stride > MAX_STRIDE for stride, size
                                      in zip(t.stride(), t.shape) if size > 1):
