@@ -9,11 +9,13 @@ and against PyTorch's context_parallel (ring attention over SDPA), in the same r
 One process per GPU. For each N and mask (B=1, H=32, D=128, bf16 by default) it times,
 forward and forward+backward (the slowest rank's time, events around --iterations calls
 after one warm-up): our attention() on the whole sequence on each GPU alone (where it
-fits, up to --one-gpu-up-to: "one GPU"), ring_attention on zigzag shards across all of them, and
+fits, up to --one-gpu-up-to: "one GPU"), ring_attention on zigzag shards across all of them
+(and, with --ring-sizes, in rings of fewer GPUs side by side, each on its own copy), and
 torch.distributed.tensor.experimental.context_parallel with each SDPA backend of
 --sdpa-backends. It reports each time, TFLOPS per GPU (forward+backward counts 3.5x the
 forward's FLOPs), the speed-up over our one GPU and the scaling efficiency (speed-up over
-the number of GPUs), and the peak memory per GPU beyond the benchmark's own full tensors
+the number of GPUs; for a larger ring also from the smallest ring timed), and the peak
+memory per GPU beyond the benchmark's own full tensors
 (every rank holds them, to shard them and to run the one-GPU baseline). Rank 0 prints the table and writes it
 with --json / --markdown.
 """
@@ -33,12 +35,15 @@ from cutile_fmha.assets.measure import Column
 NCCL_ENVIRONMENT = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                     "NVSHMEM_DISABLE_NVLS": "1"}
 FORWARD_AND_BACKWARD_FLOPS = 3.5  # the forward's two products and the backward's five
+ONE_GPU, RING = "ours, one GPU", "ours, ring_attention"
 COLUMNS = [Column("seq_len", "N"), Column("causal", "causal"), Column("method", "method"),
            Column("gpus", "GPUs"), Column("fwd_ms", "fwd (ms)", ".2f"),
            Column("fwdbwd_ms", "fwd+bwd (ms)", ".2f"),
            Column("fwdbwd_tflops_per_gpu", "fwd+bwd TFLOPS per GPU", ".0f"),
            Column("speedup", "fwd+bwd vs our one GPU", ".2f"),
            Column("efficiency", "scaling efficiency", ".2f"),
+           Column("efficiency_from_smallest_ring", "scaling efficiency from the smallest ring",
+                  ".2f"),
            Column("peak_gib", "peak memory per GPU beyond the inputs (GiB)", ".1f"),
            Column("note", "note")]
 
@@ -58,6 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--one-gpu-up-to", type=measure.positive_int, default=None,
                         metavar="N", help="time the one-GPU baseline only up to this "
                         "sequence length (it takes minutes per call past 256k)")
+    parser.add_argument("--ring-sizes", type=measure.positive_int, nargs="+", default=None,
+                        metavar="GPUS", help="ring_attention across rings of these many GPUs "
+                        "(each dividing the number of processes; default: one ring of all)")
     parser.add_argument("--sdpa-backends", nargs="+", default=["cudnn", "flash"],
                         choices=["cudnn", "flash", "efficient"],
                         help="PyTorch context_parallel's SDPA backends to time")
@@ -109,11 +117,33 @@ def measured(forward, backward_of, iterations: int) -> dict:
     return {"fwd_ms": fwd, "fwdbwd_ms": both, "peak_gib": extra_peak_gib(baseline)}
 
 
-def methods(args, q, k, v, grad, causal: bool, mesh):
+def add_scaling(row: dict, one_gpu_ms: float | None, smallest_ring: tuple | None) -> None:
+    """Adds to a row of fwd+bwd milliseconds on row["gpus"] GPUs its speed-up over our one
+    GPU and its scaling efficiency, and where `smallest_ring` (GPUs, ms) is a smaller ring
+    of ours, the efficiency from it: its time over this one, over the ratio of GPUs."""
+    if one_gpu_ms and row["gpus"] > 1:
+        row["speedup"] = one_gpu_ms / row["fwdbwd_ms"]
+        row["efficiency"] = row["speedup"] / row["gpus"]
+    if smallest_ring and smallest_ring[0] < row["gpus"]:
+        gpus, ms = smallest_ring
+        row["efficiency_from_smallest_ring"] = ms / row["fwdbwd_ms"] / (row["gpus"] / gpus)
+
+
+def ring_groups(sizes: list[int] | None, world: int) -> dict:
+    """{ring size: its process group (None: the world)}, made on every rank in one order;
+    a size that does not divide the world raises ValueError."""
+    sizes = sorted(set(sizes or [world]))
+    for size in sizes:
+        if world % size:
+            raise ValueError(f"--ring-sizes: {size} does not divide the {world} processes")
+    return {size: None if size == world else dist.new_subgroups(size)[0] for size in sizes}
+
+
+def methods(args, q, k, v, grad, causal: bool, mesh, rings: dict):
     """(name, GPUs, forward, backward_of) of each method on the full (B, H, N, D) tensors,
-    yielded one at a time: PyTorch's context_parallel is timed inside its context, which
-    shards copies of the tensors once (head-tail balanced under the causal mask, in
-    plain chunks without it)."""
+    yielded one at a time, our ring once per ring size of `rings` (``ring_groups``'):
+    PyTorch's context_parallel is timed inside its context, which shards copies of the
+    tensors once (head-tail balanced under the causal mask, in plain chunks without it)."""
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import _cp_options as options
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -121,17 +151,21 @@ def methods(args, q, k, v, grad, causal: bool, mesh):
     from cutile_fmha import attention
     from cutile_fmha.distributed import ring_attention, zigzag_shard
 
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     gqa = q.shape[1] != k.shape[1]
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     if args.one_gpu_up_to is None or q.shape[2] <= args.one_gpu_up_to:
-        yield ("ours, one GPU", 1, lambda: attention(*leaves, is_causal=causal, enable_gqa=gqa),
+        yield (ONE_GPU, 1, lambda: attention(*leaves, is_causal=causal, enable_gqa=gqa),
                lambda out: out.backward(grad))
-    shards = [zigzag_shard(t, rank, world).requires_grad_() for t in (q, k, v)]
-    grad_shard = zigzag_shard(grad, rank, world)
-    yield ("ours, ring_attention", world, lambda: ring_attention(*shards, is_causal=causal),
-           lambda out: out.backward(grad_shard))
-    del leaves, shards
+    for size, group in rings.items():
+        ring_rank = dist.get_rank(group)
+        shards = [zigzag_shard(t, ring_rank, size).requires_grad_() for t in (q, k, v)]
+        grad_shard = zigzag_shard(grad, ring_rank, size)
+        yield (RING, size,
+               lambda: ring_attention(*shards, group=group, is_causal=causal),
+               lambda out: out.backward(grad_shard))
+        del shards
+    del leaves
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
     # Its head-tail load balance takes only the causal mask: without one, plain chunks.
@@ -164,6 +198,7 @@ def main(argv=None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(rank % torch.cuda.device_count())
     mesh = init_device_mesh("cuda", (world,))
+    rings = ring_groups(args.ring_sizes, world)
     rows = []
     for n in args.seq_lens:
         for causal in (mask == "causal" for mask in args.masks):
@@ -171,18 +206,19 @@ def main(argv=None) -> int:
                                   args.dtype, kv_heads=args.kv_heads)
             q, k, v = measure.make_inputs(shape, seed=n)
             grad = torch.randn_like(q)
-            one_gpu_ms = None
-            for name, gpus, forward, backward_of in methods(args, q, k, v, grad, causal, mesh):
+            one_gpu_ms = smallest_ring = None
+            for name, gpus, forward, backward_of in methods(args, q, k, v, grad, causal, mesh,
+                                                            rings):
                 row = {"seq_len": n, "causal": causal, "method": name, "gpus": gpus} | \
                     measured(forward, backward_of, args.iterations)
                 if "fwdbwd_ms" in row:
                     flops = FORWARD_AND_BACKWARD_FLOPS * shape.flops
                     row["fwdbwd_tflops_per_gpu"] = measure.tflops(flops, row["fwdbwd_ms"]) / gpus
-                    if gpus == 1:
+                    add_scaling(row, one_gpu_ms, smallest_ring if name == RING else None)
+                    if name == ONE_GPU:
                         one_gpu_ms = row["fwdbwd_ms"]
-                    elif one_gpu_ms:
-                        row["speedup"] = one_gpu_ms / row["fwdbwd_ms"]
-                        row["efficiency"] = row["speedup"] / gpus
+                    elif name == RING and smallest_ring is None:  # rings come smallest first
+                        smallest_ring = (gpus, row["fwdbwd_ms"])
                 rows.append(row)
                 if rank == 0:
                     print(measure.format_table([row], COLUMNS), flush=True)

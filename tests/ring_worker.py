@@ -8,7 +8,8 @@ against the same attention on the whole sequence. With --gpu (tests/test_gpu_dis
 NCCL, one GPU per rank, the cuTile kernels, bf16 inputs, against single-GPU attention()
 and its backward on the whole sequence. Forward, LSE and gradients, causal and not,
 grouped-query heads; each rank checks its own shard, prints "rank N: ok" or what differs,
-and exits non-zero on a mismatch."""
+and exits non-zero on a mismatch. --group-size S runs rings of S ranks side by side (a
+process group each, as data parallel beside context parallel), each on its own sequence."""
 
 import argparse
 import sys
@@ -36,11 +37,19 @@ def main() -> int:
     parser.add_argument("--gpu", action="store_true")
     parser.add_argument("--bfloat16", action="store_true",
                         help="on CPUs, bfloat16 shards instead of float64 (the GPU's dtype)")
+    parser.add_argument("--group-size", type=int, default=None,
+                        help="rings of this many consecutive ranks, each on its own sequence "
+                             "(data parallel beside context parallel)")
     args = parser.parse_args()
     dist.init_process_group("nccl" if args.gpu else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    global_rank = dist.get_rank()
+    group, ring_index = None, 0
+    if args.group_size:
+        group, _ = dist.new_subgroups(args.group_size)
+        ring_index = global_rank // args.group_size
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
     if args.gpu:
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+        torch.cuda.set_device(global_rank % torch.cuda.device_count())
         device, dtype, local, reference = "cuda", torch.bfloat16, None, one_gpu
         chunk, batch, heads, kv_heads, head_dim, tolerance = 320, 1, 8, 2, 128, 2e-2
     else:  # an odd chunk length: the shards are no power of two
@@ -51,7 +60,7 @@ def main() -> int:
     length = 2 * world * chunk
     failures = []
     for causal in (False, True):
-        generator = torch.Generator(device=device).manual_seed(7)
+        generator = torch.Generator(device=device).manual_seed(7 + ring_index)
         q, k, v, grad = (torch.randn(batch, h, length, head_dim, dtype=dtype, device=device,
                                      generator=generator)
                          for h in (heads, kv_heads, kv_heads, heads))
@@ -59,8 +68,8 @@ def main() -> int:
         out, lse = reference(*leaves, causal, head_dim ** -0.5)
         out.backward(grad)
         shards = [zigzag_shard(t, rank, world).requires_grad_() for t in (q, k, v)]
-        ring_out, ring_lse = ring_attention(*shards, is_causal=causal, return_lse=True,
-                                            local=local)
+        ring_out, ring_lse = ring_attention(*shards, group=group, is_causal=causal,
+                                            return_lse=True, local=local)
         ring_out.backward(zigzag_shard(grad, rank, world))
         expected = [out.detach(), lse.detach()] + [t.grad for t in leaves]
         got = [ring_out.detach(), ring_lse] + [t.grad for t in shards]
@@ -68,23 +77,24 @@ def main() -> int:
             full = zigzag_shard(full, rank, world).double()
             error = (full - mine.double()).abs().max().item()
             if error > tolerance * max(full.abs().max().item(), 1.0):
-                failures.append(f"rank {rank} causal={causal} {name}: error {error:.2e}")
+                failures.append(f"rank {global_rank} causal={causal} {name}: error "
+                                f"{error:.2e}")
         gathered = [torch.empty_like(ring_out) for _ in range(world)]
-        dist.all_gather(gathered, ring_out.detach().contiguous())
+        dist.all_gather(gathered, ring_out.detach().contiguous(), group=group)
         whole = zigzag_unshard(gathered).double() - out.detach().double()
         if whole.abs().max() > tolerance * max(out.detach().abs().max().item(), 1.0):
-            failures.append(f"rank {rank} causal={causal}: unsharded output differs")
+            failures.append(f"rank {global_rank} causal={causal}: unsharded output differs")
     if world > 1:  # shards of different lengths: the same clear error on every rank
         mismatched = torch.zeros(batch, heads, 2 * chunk + 2 * rank, head_dim, dtype=dtype,
                                  device=device)
         try:
-            ring_attention(mismatched, mismatched, mismatched, local=local)
-            failures.append(f"rank {rank}: shards of different shapes were not refused")
+            ring_attention(mismatched, mismatched, mismatched, group=group, local=local)
+            failures.append(f"rank {global_rank}: shards of different shapes were not refused")
         except ValueError as error:
             if "every rank must pass shards of one shape" not in str(error):
-                failures.append(f"rank {rank}: unexpected error {error}")
+                failures.append(f"rank {global_rank}: unexpected error {error}")
     dist.destroy_process_group()
-    print("\n".join(failures) or f"rank {rank}: ok", flush=True)
+    print("\n".join(failures) or f"rank {global_rank}: ok", flush=True)
     return 1 if failures else 0
 
 

@@ -138,15 +138,16 @@ def test_one_rank_is_plain_attention(one_rank_group):
     assert torch.allclose(out, expected) and torch.allclose(lse, expected_lse.float())
 
 
-@pytest.mark.parametrize("processes,dtype", [(2, "float64"), (3, "float64"), (4, "float64"),
-                                             (8, "float64"), (3, "bfloat16")])
-def test_the_ring_over_gloo_matches_the_whole_sequence(processes, dtype):
+@pytest.mark.parametrize("processes,options", [
+    (2, []), (3, []), (4, []), (8, []),
+    (3, ["--bfloat16"]),  # float32 accumulators, dK/dV's last hop in bfloat16
+    (4, ["--group-size", "2"]),  # two rings of two ranks in their own process groups
+], ids=["2", "3", "4", "8", "3-bfloat16", "4-two-rings-of-2"])
+def test_the_ring_over_gloo_matches_the_whole_sequence(processes, options):
     """Forward, LSE and gradients of every rank's shard, causal and not, GQA: each rank
-    checks itself and exits non-zero on a mismatch. In bfloat16 the accumulators are
-    float32 and dK/dV's last hop is in bfloat16."""
+    checks itself and exits non-zero on a mismatch."""
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={processes}", str(WORKER)] +
-                          (["--bfloat16"] if dtype == "bfloat16" else []),
+                           f"--nproc-per-node={processes}", str(WORKER)] + options,
                           capture_output=True, text=True, timeout=300,
                           env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

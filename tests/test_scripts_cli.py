@@ -118,6 +118,23 @@ def test_context_parallel_benchmark_defaults_are_the_issues_shapes():
     assert args.seq_lens == [32768, 65536, 131072, 262144] and args.masks == ["causal", "full"]
     with pytest.raises(SystemExit):
         cp.parse_args(["--heads", "32", "--kv-heads", "5"])
+    assert cp.parse_args(["--ring-sizes", "2", "4"]).ring_sizes == [2, 4]
+
+
+def test_context_parallel_scaling_is_against_one_gpu_and_the_smallest_ring():
+    from cutile_fmha.assets import fmha_context_parallel_benchmark as cp
+
+    four = {"gpus": 4, "fwdbwd_ms": 30.0}
+    cp.add_scaling(four, one_gpu_ms=100.0, smallest_ring=(2, 54.0))
+    assert four["speedup"] == pytest.approx(100 / 30)
+    assert four["efficiency"] == pytest.approx(100 / 30 / 4)
+    assert four["efficiency_from_smallest_ring"] == pytest.approx(54 / 30 / 2)
+    two = {"gpus": 2, "fwdbwd_ms": 54.0}
+    cp.add_scaling(two, one_gpu_ms=None, smallest_ring=(2, 54.0))  # no one-GPU time, itself
+    assert set(two) == {"gpus", "fwdbwd_ms"}
+    assert cp.ring_groups(None, 1) == {1: None}
+    with pytest.raises(ValueError, match="--ring-sizes: 3 does not divide the 4 processes"):
+        cp.ring_groups([2, 3], 4)
 
 
 def test_demo_builds_llama_gemma2_and_gpt_oss_like_models():
