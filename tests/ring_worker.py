@@ -3,15 +3,17 @@
     python -m torch.distributed.run --standalone --nproc-per-node 4 tests/ring_worker.py
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ring_worker.py --gpu
 
-On CPUs (tests/test_distributed.py): gloo, plain-PyTorch local attention, float64 inputs,
-against the same attention on the whole sequence. With --gpu (tests/test_gpu_distributed.py):
-NCCL, one GPU per rank, the cuTile kernels, bf16 inputs, against single-GPU attention()
-and its backward on the whole sequence. Forward, LSE and gradients, causal and not,
-grouped-query heads; each rank checks its own shard, prints "rank N: ok" or what differs,
-and exits non-zero on a mismatch. --group-size S runs rings of S ranks side by side (a
-process group each, as data parallel beside context parallel), each on its own sequence."""
+On CPUs (tests/test_distributed.py): gloo, plain-PyTorch local attention, float64 inputs
+(or bfloat16), against the same attention on the whole sequence. With --gpu
+(tests/test_gpu_distributed.py): NCCL, one GPU per rank, the cuTile kernels, bf16 at D=128
+and fp16 at D=64, against single-GPU attention() and its backward on the whole sequence.
+Forward, LSE and gradients, causal and not, grouped-query heads; each rank checks its own
+shard, prints "rank N: ok" or what differs, and exits non-zero on a mismatch.
+--group-size S runs rings of S ranks side by side (a process group each, as data parallel
+beside context parallel), each on its own sequence."""
 
 import argparse
+import itertools
 import sys
 
 import torch
@@ -50,16 +52,17 @@ def main() -> int:
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     if args.gpu:
         torch.cuda.set_device(global_rank % torch.cuda.device_count())
-        device, dtype, local, reference = "cuda", torch.bfloat16, None, one_gpu
-        chunk, batch, heads, kv_heads, head_dim, tolerance = 320, 1, 8, 2, 128, 2e-2
+        device, local, reference = "cuda", None, one_gpu
+        cases = [(torch.bfloat16, 128), (torch.float16, 64)]  # (dtype, head dim)
+        chunk, batch, heads, kv_heads, tolerance = 320, 1, 8, 2, 2e-2
     else:  # an odd chunk length: the shards are no power of two
-        device, dtype, local, reference = "cpu", torch.float64, TORCH_LOCAL, whole_sequence
-        chunk, batch, heads, kv_heads, head_dim, tolerance = 5, 2, 4, 2, 16, 1e-4
-        if args.bfloat16:
-            dtype, tolerance = torch.bfloat16, 2e-2
+        device, local, reference = "cpu", TORCH_LOCAL, whole_sequence
+        cases = [(torch.bfloat16 if args.bfloat16 else torch.float64, 16)]
+        chunk, batch, heads, kv_heads = 5, 2, 4, 2
+        tolerance = 2e-2 if args.bfloat16 else 1e-4
     length = 2 * world * chunk
     failures = []
-    for causal in (False, True):
+    for (dtype, head_dim), causal in itertools.product(cases, (False, True)):
         generator = torch.Generator(device=device).manual_seed(7 + ring_index)
         q, k, v, grad = (torch.randn(batch, h, length, head_dim, dtype=dtype, device=device,
                                      generator=generator)
@@ -77,13 +80,14 @@ def main() -> int:
             full = zigzag_shard(full, rank, world).double()
             error = (full - mine.double()).abs().max().item()
             if error > tolerance * max(full.abs().max().item(), 1.0):
-                failures.append(f"rank {global_rank} causal={causal} {name}: error "
-                                f"{error:.2e}")
+                failures.append(f"rank {global_rank} {dtype} D={head_dim} causal={causal} "
+                                f"{name}: error {error:.2e}")
         gathered = [torch.empty_like(ring_out) for _ in range(world)]
         dist.all_gather(gathered, ring_out.detach().contiguous(), group=group)
         whole = zigzag_unshard(gathered).double() - out.detach().double()
         if whole.abs().max() > tolerance * max(out.detach().abs().max().item(), 1.0):
-            failures.append(f"rank {global_rank} causal={causal}: unsharded output differs")
+            failures.append(f"rank {global_rank} {dtype} D={head_dim} causal={causal}: "
+                            f"unsharded output differs")
     if world > 1:  # shards of different lengths: the same clear error on every rank
         mismatched = torch.zeros(batch, heads, 2 * chunk + 2 * rank, head_dim, dtype=dtype,
                                  device=device)
