@@ -26,6 +26,12 @@ sliding window of --sliding-window tokens on every other layer), gpt-oss a gpt-o
 (a learnable sink per head, drawn at random, sliding windows on every other layer; two
 experts, both used by every token, so that no router near-tie flips a token's experts).
 Their reference is transformers' eager attention.
+
+--profile runs none of that: it profiles --train-steps training steps of each model (after
+one warm-up step) with torch.profiler and prints, per model, the time per step and the
+--profile-top operators and kernels by their own GPU time (CPU time on a CPU), with calls
+per step: where a model's step spends its time, attention's kernels and the copies
+around them included.
 """
 
 import argparse
@@ -63,6 +69,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="gemma2 and gpt-oss: the sliding layers' window, in tokens")
     parser.add_argument("--softcap", type=float, default=50.0,
                         help="gemma2: the attention logits' softcap")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: profile each model's training step (see above)")
+    parser.add_argument("--profile-top", type=measure.positive_int, default=20,
+                        help="with --profile: how many operators and kernels to list")
     args = parser.parse_args(argv)
     if args.hidden_size % args.heads or args.heads % args.kv_heads:
         parser.error("--heads must divide --hidden-size, and --kv-heads --heads")
@@ -137,9 +147,10 @@ def seconds(fn, device, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def train(model, steps: int, device, **batch) -> tuple[list[float], float]:
-    """(loss per step, real tokens per second) of `steps` AdamW steps on one batch (the
-    model's keyword arguments; labels are the input ids, -100 on padding)."""
+def trainer(model, **batch):
+    """(step, losses): one AdamW step on a copy of `model` and the losses it has appended
+    to, on one batch (the model's keyword arguments; labels are the input ids, -100 on
+    padding)."""
     model = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
@@ -153,9 +164,51 @@ def train(model, steps: int, device, **batch) -> tuple[list[float], float]:
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
 
+    return step, losses
+
+
+def train(model, steps: int, device, **batch) -> tuple[list[float], float]:
+    """(loss per step, real tokens per second) of `steps` AdamW steps on one batch (see
+    ``trainer``)."""
+    step, losses = trainer(model, **batch)
     step_seconds = seconds(step, device, repeats=steps - 1)  # the first step warms up
+    mask = batch.get("attention_mask")
     real_tokens = batch["input_ids"].numel() if mask is None else int(mask.sum())
     return losses, real_tokens / step_seconds
+
+
+def profile_training(args, device, dtype: torch.dtype | None = None) -> str:
+    """--profile's report: per model, its training step's time and the operators and
+    kernels that take the most of it (on a CUDA device their own GPU time, else CPU time)."""
+    from tabulate import tabulate
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = device.type == "cuda"
+    ours, theirs = build_models(args, device, dtype or measure.DTYPES[args.dtype])
+    tokens = torch.randint(1, args.vocab_size, (args.batch, args.seq_len), device=device,
+                           generator=torch.Generator(device=device).manual_seed(1))
+    lines = [describe_model(args)]
+    for name, model in ((OURS, ours), (reference_of(args), theirs)):
+        step, _ = trainer(model, input_ids=tokens)
+        step()  # warm-up: compilation and the allocator's first blocks
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+        with profile(activities=activities) as profiler:
+            start = time.perf_counter()
+            for _ in range(args.train_steps):
+                step()
+            if on_gpu:
+                torch.cuda.synchronize(device)
+            wall = (time.perf_counter() - start) / args.train_steps
+        own_time = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+        events = sorted((e for e in profiler.key_averages() if getattr(e, own_time) > 0),
+                        key=lambda e: -getattr(e, own_time))
+        rows = [[f"{getattr(e, own_time) / args.train_steps / 1e3:.3f}",
+                 f"{e.count / args.train_steps:g}", e.key[:100]]
+                for e in events[:args.profile_top]]
+        lines += [f"{name}: {wall * 1e3:.2f} ms per training step (wall, under the profiler)",
+                  tabulate(rows, headers=[f"{'GPU' if on_gpu else 'CPU'} ms per step",
+                                          "calls per step", "operator or kernel"]), ""]
+    return "\n".join(lines)
 
 
 def left_padded(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,6 +361,9 @@ def main(argv=None) -> int:
     except ImportError:
         print("The demo needs transformers: pip install -e '.[transformers]'", file=sys.stderr)
         return 1
+    if args.profile:
+        print(profile_training(args, torch.device("cuda")))
+        return 0
     text, ok = report(run(args, torch.device("cuda")), args)
     print(text)
     return 0 if ok else 1

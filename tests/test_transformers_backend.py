@@ -289,6 +289,20 @@ def test_softcap_window_and_sink_models_run_in_the_demo_against_eager(architectu
     assert kernels_on_the_cpu["decode"] and not kernels_on_the_cpu["forward"]
 
 
+def test_llama_demo_profiles_each_models_training_step(kernels_on_the_cpu):
+    from cutile_fmha.assets import fmha_llama_demo as demo
+
+    args = demo.parse_args(["--profile", "--profile-top", "5", "--layers", "1",
+                            "--hidden-size", "256", "--heads", "2", "--kv-heads", "1",
+                            "--vocab-size", "32", "--batch", "2", "--seq-len", "16",
+                            "--train-steps", "2"])
+    text = demo.profile_training(args, torch.device("cpu"), dtype=torch.float32)
+    assert "cutile_fmha: " in text and f"{SDPA_NAME}: " in text and "ms per training step" in text
+    assert text.count("CPU ms per step") == 2 and "aten::" in text
+    # one warm-up step and two profiled ones, through our backward each time
+    assert kernels_on_the_cpu["forward"] == kernels_on_the_cpu["backward"] == 3
+
+
 def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
     from cutile_fmha.assets import fmha_llama_demo as demo
 
