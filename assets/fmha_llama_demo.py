@@ -177,6 +177,12 @@ def train(model, steps: int, device, **batch) -> tuple[list[float], float]:
     return losses, real_tokens / step_seconds
 
 
+def random_tokens(args, device) -> torch.Tensor:
+    """The demo's batch: (--batch, --seq-len) token ids, the same on every run."""
+    return torch.randint(1, args.vocab_size, (args.batch, args.seq_len), device=device,
+                         generator=torch.Generator(device=device).manual_seed(1))
+
+
 def profile_training(args, device, dtype: torch.dtype | None = None) -> str:
     """--profile's report: per model, its training step's time and the operators and
     kernels that take the most of it (on a CUDA device their own GPU time, else CPU time)."""
@@ -185,8 +191,7 @@ def profile_training(args, device, dtype: torch.dtype | None = None) -> str:
 
     on_gpu = device.type == "cuda"
     ours, theirs = build_models(args, device, dtype or measure.DTYPES[args.dtype])
-    tokens = torch.randint(1, args.vocab_size, (args.batch, args.seq_len), device=device,
-                           generator=torch.Generator(device=device).manual_seed(1))
+    tokens = random_tokens(args, device)
     lines = [describe_model(args)]
     for name, model in ((OURS, ours), (reference_of(args), theirs)):
         step, _ = trainer(model, input_ids=tokens)
@@ -258,9 +263,7 @@ def run(args, device, dtype: torch.dtype | None = None) -> dict:
     reference = reference_of(args)
     ours, theirs = build_models(args, device, dtype)
     models = ((OURS, ours), (reference, theirs))
-    generator = torch.Generator(device=device).manual_seed(1)
-    tokens = torch.randint(1, args.vocab_size, (args.batch, args.seq_len), device=device,
-                           generator=generator)
+    tokens = random_tokens(args, device)
     padded, mask = left_padded(tokens)
     real = mask.bool()
     with torch.no_grad():
