@@ -7,15 +7,17 @@ batches, where each sequence sits in a batch row of its own (``varlen_attention`
 both layouts).
 """
 
+from dataclasses import dataclass
+
 import torch
 
 from .dropin import _check_variants, checked_once, needs_grad, require_lse
 from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
-                             rows_contiguous, softmax_scale)
+                             rows_contiguous, softmax_scale, unused_lse)
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient
 from .steps.backward import row_dot
-from .steps.varlen import (SequenceBounds, new_output, packed_bounds, varlen_backward,
-                           varlen_forward)
+from .steps.varlen import (ForwardPlan, SequenceBounds, forward_plan, new_output,
+                           packed_bounds, varlen_backward, varlen_forward)
 
 __all__ = ["attention_varlen"]
 
@@ -173,11 +175,16 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                  is_causal, scale, return_lse, window_size, softcap, sinks)
     if torch.compiler.is_compiling():
         scale, variants = _check(*arguments)
+        no_grad = False
     else:  # a model calls this per layer: the checks run once per shape key
-        scale, variants = checked_once(_CHECKED, _check, arguments, tensors=5)
+        call = checked_once(_CHECKED, _checked_call, arguments, tensors=5)
+        no_grad = not needs_grad(query, key, value, sinks)
+        if no_grad and query.shape[0] and key.shape[0]:
+            return _launch_planned(call, query, key, value, cu_seqlens_q, cu_seqlens_k,
+                                   max_seqlen_q, is_causal, return_lse, sinks)
+        scale, variants = call.scale, call.variants
     # Where no gradient flows, one as_strided view per tensor (a view costs microseconds);
     # else transposes, whose backward is a transpose too (as_strided's copies the tensor).
-    no_grad = not (torch.compiler.is_compiling() or needs_grad(query, key, value, sinks))
     if query.shape[0] == 0:  # nothing to compute (SDPA returns an empty tensor too)
         out = query.new_empty(query.shape[:-1] + value.shape[-1:])
         lse = query.new_empty((query.shape[1], 0), dtype=torch.float32)
@@ -205,8 +212,45 @@ def _one_batch_row(t: torch.Tensor) -> torch.Tensor:
                         (tokens * t.stride(0), t.stride(1), t.stride(0), 1))
 
 
-# Shape key -> (softmax scale, variants), for arguments already checked.
-_CHECKED: dict[tuple, tuple[float, Variants]] = {}
+@dataclass
+class _Call:
+    """What attention_varlen keeps per shape key, once its arguments are checked: the
+    softmax scale and the variants, and for calls with no gradient the launch's plan and
+    the (size, stride) of the (1, heads, tokens, D) views of query, key, value and out."""
+    scale: float
+    variants: Variants
+    plan: ForwardPlan | None = None  # made by the first such call
+    views: tuple = ()
+
+
+def _checked_call(*arguments) -> _Call:
+    return _Call(*_check(*arguments))
+
+
+# Shape key -> _Call, for arguments already checked.
+_CHECKED: dict[tuple, _Call] = {}
+
+
+def _launch_planned(call: _Call, query, key, value, cu_seqlens_q, cu_seqlens_k,
+                    max_seqlen_q, is_causal, return_lse, sinks):
+    """attention_varlen's result where no gradient flows and there are queries and keys:
+    the shape's plan launched, the packed tensors seen through one view each (what the
+    host spends per call is what a model's decoding step waits for)."""
+    bounds = packed_bounds(cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous())
+    out = new_output(query, value.shape[-1])
+    if call.plan is None:
+        rows = [_one_batch_row(t) for t in (query, key, value, out)]
+        call.views = tuple((row.shape, row.stride()) for row in rows)
+        call.plan = forward_plan(*rows[:3], bounds, max_seqlen_q, causal=is_causal,
+                                 scale=call.scale, with_lse=return_lse, variants=call.variants)
+    q, k, v, out_rows = (t.as_strided(*view)
+                         for t, view in zip((query, key, value, out), call.views))
+    if not return_lse:
+        call.plan.launch(q, k, v, out_rows, unused_lse(query.device), bounds, sinks)
+        return out
+    lse = query.new_empty(query.shape[1::-1], dtype=torch.float32)  # (heads, tokens)
+    call.plan.launch(q, k, v, out_rows, lse[None], bounds, sinks)
+    return out, lse
 
 
 def _check(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

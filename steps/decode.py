@@ -66,7 +66,22 @@ class DecodePlan:
     merge_constants: dict
     split_buffer_shape: tuple[int, ...] | None  # (batch, kv_heads, splits, columns, D)
     device: torch.device
+    variant_scalars: dict  # the variants' run-time arguments (Variants.scalars)
     split_buffers: dict = field(default_factory=dict)  # stream -> (partial, partial_lse)
+    settings_by_scale: dict = field(default_factory=dict)  # softmax scale -> settings
+
+    @functools.cached_property
+    def merge_settings(self) -> tuple:
+        return MERGE_SPLITS.settings(self.merge_constants)
+
+    def settings(self, scale: float) -> tuple:
+        """The decode kernel's arguments after its arrays, for this softmax scale."""
+        settings = self.settings_by_scale.get(scale)
+        if settings is None:
+            settings = DECODE.settings({"qk_scale": scale, **self.variant_scalars,
+                                        **self.constants})
+            self.settings_by_scale[scale] = settings
+        return settings
 
     def buffers(self, stream: int, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The float32 split buffers of launches on `stream`: kept (see ``kept``), since
@@ -121,7 +136,9 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
         merge_constants=merge_constants,
         split_buffer_shape=(shape.batch, shape.kv_heads, splits, group_tile * query_rows,
                             shape.head_dim) if splits > 1 else None,
-        device=device)
+        device=device,
+        variant_scalars=shape.asked.scalars(q_rows=shape.q_len, k_rows=shape.capacity,
+                                            causal=True))
 
 
 @functools.cache
@@ -160,16 +177,16 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
     lengths = _placeholder(device, 1, torch.int32, keep_buffers)
     if block_table is None:
         block_table = _placeholder(device, 2, torch.int32, keep_buffers)
-    values = {"Q": q, "K": key_cache, "V": value_cache, "Out": out, "Lse": lse,
-              "Partial": partial, "PartialLse": partial_lse,
-              "KeyStarts": lengths if key_starts is None else key_starts,
-              "KeyEnds": lengths if key_ends is None else key_ends,
-              "BlockTable": block_table, "qk_scale": scale, **plan.constants,
-              **shape.asked.values(q_rows=shape.q_len, k_rows=shape.capacity, causal=True,
-                                   sinks=sinks, device=device)}
-    ct.launch(stream, plan.grid, plan.kernel, DECODE.arguments(values))
+    tensors = {"Q": q, "K": key_cache, "V": value_cache, "Out": out, "Lse": lse,
+               "Partial": partial, "PartialLse": partial_lse,
+               "KeyStarts": lengths if key_starts is None else key_starts,
+               "KeyEnds": lengths if key_ends is None else key_ends,
+               "BlockTable": block_table,
+               "Sinks": _placeholder(device, 1, torch.float32, keep_buffers) if sinks is None
+               else sinks.float()}
+    ct.launch(stream, plan.grid, plan.kernel, DECODE.tensors(tensors) + plan.settings(scale))
     if plan.split_buffer_shape is not None:
-        merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse,
-                 **plan.merge_constants}
-        ct.launch(stream, plan.merge_grid, kernels.merge_splits, MERGE_SPLITS.arguments(merge))
+        merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse}
+        ct.launch(stream, plan.merge_grid, kernels.merge_splits,
+                  MERGE_SPLITS.tensors(merge) + plan.merge_settings)
     return out, lse if shape.write_lse else None

@@ -63,21 +63,52 @@ class KernelFamily:
     parameters: tuple[Tensor | Scalar | Constant, ...]  # in the kernels' order
     grid: Callable[[dict], tuple[int, int, int]]  # from the launch's values, by name
 
+    def __post_init__(self):
+        tensors = len(self.tensor_names)
+        if any(isinstance(p, Tensor) for p in self.parameters[tensors:]):
+            raise ValueError(f"{self.name}: the array parameters come first (a plan keeps the "
+                             f"rest, its settings, and launches them on new tensors)")
+
     @functools.cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.parameters)
 
     @functools.cached_property
+    def tensor_names(self) -> tuple[str, ...]:
+        """The array parameters' names: the first parameters."""
+        return tuple(p.name for p in self.parameters if isinstance(p, Tensor))
+
+    @functools.cached_property
     def _pick(self) -> Callable[[dict], tuple]:
         return operator.itemgetter(*self.names)
+
+    @functools.cached_property
+    def _pick_tensors(self) -> Callable[[dict], tuple]:
+        return operator.itemgetter(*self.tensor_names)
+
+    @functools.cached_property
+    def _pick_settings(self) -> Callable[[dict], tuple]:
+        return operator.itemgetter(*self.names[len(self.tensor_names):])
+
+    def _picked(self, pick, values: dict) -> tuple:
+        try:
+            return pick(values)
+        except KeyError as missing:
+            raise KeyError(f"{self.name} kernels take {self.names}, got no {missing}") from None
 
     def arguments(self, values: dict) -> tuple:
         """The argument tuple for ``ct.launch``, from a value for every parameter name
         (other names in `values` are left out: what only the grid reads)."""
-        try:
-            return self._pick(values)
-        except KeyError as missing:
-            raise KeyError(f"{self.name} kernels take {self.names}, got no {missing}") from None
+        return self._picked(self._pick, values)
+
+    def tensors(self, values: dict) -> tuple:
+        """``arguments``' first part, the arrays: what changes from call to call."""
+        return self._picked(self._pick_tensors, values)
+
+    def settings(self, values: dict) -> tuple:
+        """``arguments``' second part, after the arrays (scalars and constants): what a
+        plan made once per shape keeps, so that a call is ``tensors(...) + settings``."""
+        return self._picked(self._pick_settings, values)
 
     def signature(self, input_dtype: ct.DType, constants: dict) -> KernelSignature:
         """The compile-only signature for inputs of `input_dtype` and these constants."""

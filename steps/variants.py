@@ -54,16 +54,20 @@ class Variants:
             tuple(None if side == -1 else side for side in (window_left, window_right))
         return cls(window=window, softcap=softcap or None, sinks=sinks is not None)
 
-    def values(self, *, q_rows: int, k_rows: int, causal: bool, sinks, device) -> dict:
-        """The kernels' run-time arguments of the variants (placeholders where off); a
+    def scalars(self, *, q_rows: int, k_rows: int, causal: bool) -> dict:
+        """The kernels' run-time scalars of the variants (placeholders where off); a
         window side of None, or wider than every row of q_rows queries and k_rows keys,
         reaches past them all (so it fits the kernels' int32)."""
         reach = q_rows + k_rows
         left, right = (min(reach, reach if side is None else side)
                        for side in self.window or (None, None))
-        return {"Sinks": sinks.float() if sinks is not None else unused_lse(device).view(1),
-                "softcap": self.softcap or 1.0, "window_left": left,
+        return {"softcap": self.softcap or 1.0, "window_left": left,
                 "window_right": 0 if causal else right}
+
+    def values(self, *, q_rows: int, k_rows: int, causal: bool, sinks, device) -> dict:
+        """``scalars`` and the Sinks array (a placeholder without sinks)."""
+        return {"Sinks": sinks.float() if sinks is not None else unused_lse(device).view(1),
+                **self.scalars(q_rows=q_rows, k_rows=k_rows, causal=causal)}
 
 
 NO_VARIANTS = Variants()

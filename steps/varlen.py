@@ -110,6 +110,47 @@ def _filled(t: torch.Tensor, fill: float | None) -> torch.Tensor:
     return t if fill is None else t.fill_(fill)
 
 
+@dataclass(frozen=True)
+class ForwardPlan:
+    """One shape's variable-length forward launch: everything but the arrays (the kernel,
+    its grid, and the arguments after the arrays), made once per shape by a caller that
+    calls it again and again (``attention_varlen`` per layer and token)."""
+    kernel: object
+    family: KernelFamily
+    grid: tuple[int, int, int]
+    settings: tuple
+    with_lse: bool
+    no_sinks: torch.Tensor  # the Sinks argument where there are none (never read)
+
+    def launch(self, q, k, v, out, lse, bounds: SequenceBounds, sinks=None) -> None:
+        """The launch on these tensors (the shapes, strides, dtypes and device the plan was
+        made for; lse: a placeholder, ``unused_lse``, without with_lse), on the current
+        stream."""
+        tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse,
+                   "Sinks": self.no_sinks if sinks is None else sinks.float(),
+                   **bounds.values()}
+        ct.launch(current_stream(q.device), self.grid, self.kernel,
+                  self.family.tensors(tensors) + self.settings)
+
+
+def forward_plan(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
+                 scale: float, with_lse: bool, platform: PlatformEntry | None = None,
+                 variants: Variants = NO_VARIANTS) -> ForwardPlan:
+    """``varlen_forward``'s launch as a plan, for tensors of these shapes and as many
+    sequences (it keeps none of them)."""
+    shape = dict(head_dim=tile_head_dim(q.shape[-1]), value_head_dim=tile_head_dim(v.shape[-1]),
+                 causal=causal, query_group=q.shape[1] // k.shape[1],
+                 write_lse=with_lse, variants=variants)
+    kernel, family, constants = forward_kernel(platform, **shape) if platform else \
+        on_device(forward_kernel, q.device, **shape)
+    values = {"Q": q, **bounds.values(), "qk_scale": scale, "max_seqlen_q": max_seqlen_q,
+              **constants}
+    if family is FORWARD_VARLEN:
+        values |= variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal)
+    return ForwardPlan(kernel, family, family.grid(values), family.settings(values), with_lse,
+                       no_sinks=unused_lse(q.device).view(1))
+
+
 def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
                    scale: float, with_lse: bool, fill: float | None = None,
                    platform: PlatformEntry | None = None, variants: Variants = NO_VARIANTS,
@@ -122,21 +163,11 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     than this GPU's (the autotuner's candidates). `variants` (up to D=256; sinks (heads,)
     with variants.sinks): as kernels/variants.py, the window aligned to each sequence's last
     key."""
-    shape = dict(head_dim=tile_head_dim(q.shape[-1]), value_head_dim=tile_head_dim(v.shape[-1]),
-                 causal=causal, query_group=q.shape[1] // k.shape[1],
-                 write_lse=with_lse, variants=variants)
-    kernel, family, constants = forward_kernel(platform, **shape) if platform else \
-        on_device(forward_kernel, q.device, **shape)
+    plan = forward_plan(q, k, v, bounds, max_seqlen_q, causal=causal,
+                        scale=scale, with_lse=with_lse, platform=platform, variants=variants)
     out = _filled(new_output(q, v.shape[-1]), fill)
     lse = _filled(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
-    values = {"Q": q, "K": k, "V": v, "Out": out,
-              "Lse": lse if with_lse else unused_lse(q.device),
-              **bounds.values(), "qk_scale": scale, **constants}
-    if family is FORWARD_VARLEN:
-        values |= variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
-                                  sinks=sinks, device=q.device)
-    ct.launch(current_stream(q.device), family.grid(values | {"max_seqlen_q": max_seqlen_q}),
-              kernel, family.arguments(values))
+    plan.launch(q, k, v, out, lse if with_lse else unused_lse(q.device), bounds, sinks)
     return out, lse
 
 

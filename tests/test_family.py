@@ -3,6 +3,7 @@
 import ast
 from pathlib import Path
 
+import cuda.tile as ct
 import pytest
 import torch
 
@@ -10,10 +11,14 @@ from cutile_fmha.kernels import decode, fp8, variants, varlen
 from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
 from cutile_fmha.platforms import TileShape
 from cutile_fmha.steps import STEPS
+from cutile_fmha.steps import family as families
 from cutile_fmha.steps.family import (DECODE, DKDV_VARLEN, DQ_VARLEN, FORWARD, FORWARD_FP8,
                                       FORWARD_VARIANTS,
                                       FORWARD_TENSORS, FORWARD_TILED_HEAD_DIM, FORWARD_VARLEN,
-                                      MERGE_SPLITS, forward_constants)
+                                      MERGE_SPLITS, KernelFamily, Scalar, Tensor,
+                                      forward_constants)
+
+ALL_FAMILIES = [f for f in vars(families).values() if isinstance(f, KernelFamily)]
 
 
 def parameters_of(source_file: str, kernel: str) -> tuple[str, ...]:
@@ -66,6 +71,15 @@ def test_arguments_follow_the_parameter_order_and_refuse_missing_values():
     del values["Lse"]
     with pytest.raises(KeyError, match="forward kernels take"):
         FORWARD.arguments(values)
+
+
+def test_tensors_then_settings_are_the_arguments_and_arrays_come_first():
+    for family in ALL_FAMILIES:
+        values = {name: i for i, name in enumerate(family.names)}
+        assert family.tensors(values) + family.settings(values) == family.arguments(values)
+        assert family.tensor_names == family.names[:len(family.tensor_names)]
+    with pytest.raises(ValueError, match="array parameters come first"):
+        KernelFamily("scalar first", (Scalar("x", ct.float32), Tensor("Q", 4)), FORWARD.grid)
 
 
 def test_grid_is_query_tiles_by_heads_by_batch():

@@ -218,6 +218,27 @@ def test_entry_point_layout_max_seqlen_autograd_and_compile():
     assert all(torch.equal(a, b) for a, b in zip(compiled_grads, eager_grads))
 
 
+def test_planned_calls_on_new_tensors_launch_what_varlen_forward_launches():
+    """Without gradients attention_varlen launches the plan its first call of a shape key
+    made: later calls, on other tensors (here a strided query, heads 8 of 12 of a wider
+    projection), must give what the unplanned launch gives, bit for bit."""
+    lengths = [(37, 37), (0, 5), (130, 200)]
+    for seed in (1, 2, 3):
+        q, k, v, _, cu_q, cu_k = packed_inputs(lengths, 8, 2, 64, "bfloat16", seed=seed)
+        wider = torch.randn(q.shape[0], 12, 64, device="cuda", dtype=q.dtype)
+        wider[:, 2:10] = q
+        query = wider[:, 2:10]
+        out, lse = attention_varlen(query, k, v, cu_q, cu_k, 130, 200, is_causal=True,
+                                    return_lse=True)
+        want, want_lse = varlen_forward(*(t.transpose(0, 1)[None] for t in (query, k, v)),
+                                        SequenceBounds.packed(cu_q, cu_k), 130, causal=True,
+                                        scale=1 / 8, with_lse=True)
+        assert out.shape == q.shape and out.is_contiguous()
+        assert torch.equal(out, want[0].transpose(0, 1)) and torch.equal(lse, want_lse[0])
+        assert torch.equal(attention_varlen(query, k, v, cu_q, cu_k, 130, 200, is_causal=True),
+                           out)
+
+
 def test_a_call_replays_in_a_cuda_graph_with_new_lengths():
     q, k, v, _, cu_q, cu_k = packed_inputs([(300, 300), (200, 200)], 4, 4, 64, "float16", seed=8)
     attention_varlen(q, k, v, cu_q, cu_k, 300, 300)  # compiled before the capture
