@@ -29,7 +29,7 @@ there (tests/test_machine_code.py).
 
 import cuda.tile as ct
 
-from .common import INV_LOG_2, ConstBool, ConstInt
+from .common import INV_LOG_2, ConstBool, ConstInt, query_tiles_longest_first, tile_major
 from .step9_unmasked_loop import key_tile_ranges, score_factors
 
 ZERO = ct.PaddingMode.ZERO
@@ -140,7 +140,10 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int, so
          window_left: int, window_right: int, TILE_D: ConstInt, TILE_DV: ConstInt,
          TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
          SOFTCAP: ConstBool, WINDOW: ConstBool):
-    dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, ct.bid(2), ct.bid(1), ct.bid(0), qk_scale,
+    k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    if CAUSAL:  # key tile 0 sees the most queries: tile by tile over heads, longest first
+        k_tile, kv_head, batch = tile_major(Q.shape[2] * (TILE_D + TILE_DV) * 2 * QUERY_GROUP)
+    dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
                   query_offset, TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP,
                   softcap, WINDOW, window_left, window_right)
 
@@ -232,8 +235,8 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int, softcap:
        TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
        SOFTCAP: ConstBool, WINDOW: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
-    if CAUSAL:
-        q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first, as in the forward's step 8
+    if CAUSAL:  # as in the forward's step 8
+        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_DV, QUERY_GROUP)
     dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
                   TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap, WINDOW,
                   window_left, window_right)

@@ -10,3 +10,35 @@ ConstBool = ct.Constant[bool]
 # exp(x) == exp2(x * log2(e)): the factor that moves the softmax scale into base 2.
 INV_LOG_2 = 1.0 / math.log(2)
 LN_2 = math.log(2)  # and back: natural log == log2 * ln(2)
+
+# What the K and V (or Q and dO) of one group of (head, batch) pairs may take of the L2
+# cache while the group's CTAs run tile by tile (``tile_major``).
+L2_GROUP_BYTES = 16 * 2**20
+
+
+def tile_major(pair_bytes):
+    """(tile, head, batch) of this CTA in a grid of (tiles, heads, batch), numbered tile by
+    tile over groups of (head, batch) pairs: tile 0 of every pair of a group, then tile 1,
+    and so on. CTAs start in the order of their linear index (x fastest), so where tile 0
+    carries the most work (the causal mask's longest tiles, put there by the caller) the
+    longest tiles of the whole group start first and the last wave is short ones, not only
+    within each pair. A group holds as many pairs as fit L2_GROUP_BYTES at `pair_bytes`
+    each (what one pair's CTAs read from L2: its K and V, or its Q and dO), so that the CTAs
+    running at once still share what they read."""
+    tiles, heads = ct.num_blocks(0), ct.num_blocks(1)
+    pairs = heads * ct.num_blocks(2)
+    linear = ct.bid(0) + tiles * (ct.bid(1) + heads * ct.bid(2))
+    group = max(min(L2_GROUP_BYTES // max(pair_bytes, 1), pairs), 1)
+    first_pair = linear // (group * tiles) * group
+    in_group = min(group, pairs - first_pair)
+    rest = linear - first_pair * tiles
+    pair = first_pair + rest % in_group
+    return rest // in_group, pair % heads, pair // heads
+
+
+def query_tiles_longest_first(K, TILE_D: ConstInt, TILE_DV: ConstInt, QUERY_GROUP: ConstInt):
+    """(q_tile, head, batch) of a causal forward or dQ CTA: ``tile_major``, the last query
+    tiles (which see the most keys) first; each pair reads its K/V head, shared by
+    QUERY_GROUP heads (2-byte elements: a float8 group is half as large as it could be)."""
+    tile, head, batch = tile_major(K.shape[2] * (TILE_D + TILE_DV) * 2 // QUERY_GROUP)
+    return ct.num_blocks(0) - 1 - tile, head, batch

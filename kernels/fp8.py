@@ -18,7 +18,7 @@ key loop is step 9's ``attend_query_tile``, whose FP8 constant loads V that way.
 import cuda.tile as ct
 
 from ..platforms import occupancy_by_target, worker_warps_by_target
-from .common import ConstBool, ConstInt
+from .common import ConstBool, ConstInt, query_tiles_longest_first
 from .step9_unmasked_loop import attend_query_tile
 
 
@@ -28,7 +28,7 @@ def fmha(Q, K, V, Out, Lse, QDescale, KDescale, VDescale, qk_scale: float, query
          CAUSAL: ConstBool, WRITE_LSE: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
-        q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
+        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_D, QUERY_GROUP)
     descale = (batch, head // QUERY_GROUP)
     scores_scale = qk_scale * ct.gather(QDescale, (batch, head)) * ct.gather(KDescale, descale)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, scores_scale, query_offset,

@@ -2,9 +2,12 @@
 
 Under the causal mask the last query tiles see the most keys. The GPU starts CTAs in
 the order of their block index, so with the tiles in order the longest ones start last and
-the final wave waits on them while other SMs idle. Reversing the tile index under CAUSAL
-starts them first, and the short tiles fill the end. Non-causal tiles all do the same work
-and keep their order.
+the final wave waits on them while other SMs idle. Under CAUSAL the CTAs are numbered
+longest first over the whole grid, not only within each head: the last query tile of
+every head, then the one before, and so on (``query_tiles_longest_first``), so the short
+tiles of all the heads fill the end. Heads are taken in groups whose K and V fit in L2
+together, so that the CTAs running at once still share what they read. Non-causal tiles
+all do the same work and keep their order.
 """
 
 import math
@@ -12,7 +15,7 @@ import math
 import cuda.tile as ct
 
 from ..platforms import occupancy_by_target, worker_warps_by_target
-from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
+from .common import INV_LOG_2, LN_2, ConstBool, ConstInt, query_tiles_longest_first
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
@@ -21,7 +24,7 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
          CAUSAL: ConstBool, WRITE_LSE: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
-        q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
+        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_D, QUERY_GROUP)
     kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
     k_len = K.shape[2]
     qk_scale_log2 = qk_scale * INV_LOG_2

@@ -18,7 +18,7 @@ import math
 import cuda.tile as ct
 
 from ..platforms import occupancy_by_target, worker_warps_by_target
-from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
+from .common import INV_LOG_2, LN_2, ConstBool, ConstInt, query_tiles_longest_first
 
 
 def attend(Q, K, V, q, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_len, last_key,
@@ -79,7 +79,7 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
          CAUSAL: ConstBool, WRITE_LSE: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
-        q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
+        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_D, QUERY_GROUP)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
                       TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, False,
                       0.0, False, 0, 0, False, Lse)

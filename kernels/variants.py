@@ -21,7 +21,7 @@ The key loop is step 9's ``attend_query_tile``; this kernel only passes its cons
 import cuda.tile as ct
 
 from ..platforms import occupancy_by_target, worker_warps_by_target
-from .common import ConstBool, ConstInt
+from .common import ConstBool, ConstInt, query_tiles_longest_first
 from .step9_unmasked_loop import attend_query_tile
 
 
@@ -32,7 +32,7 @@ def fmha(Q, K, V, Out, Lse, Sinks, qk_scale: float, query_offset: int, softcap: 
          WRITE_LSE: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
-        q_tile = ct.num_blocks(0) - 1 - q_tile  # longest first
+        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_DV, QUERY_GROUP)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
                       TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, SOFTCAP,
                       softcap, WINDOW, window_left, window_right, SINKS, Sinks)
