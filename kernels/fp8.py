@@ -32,5 +32,5 @@ def fmha(Q, K, V, Out, Lse, QDescale, KDescale, VDescale, qk_scale: float, query
     descale = (batch, head // QUERY_GROUP)
     scores_scale = qk_scale * ct.gather(QDescale, (batch, head)) * ct.gather(KDescale, descale)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, scores_scale, query_offset,
-                      TILE_D, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, True,
+                      TILE_D, 0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, True,
                       ct.gather(VDescale, descale), False, 0.0, False, 0, 0, False, Lse)

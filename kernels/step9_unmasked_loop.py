@@ -21,21 +21,28 @@ from ..platforms import occupancy_by_target, worker_warps_by_target
 from .common import INV_LOG_2, LN_2, ConstBool, ConstInt, query_tiles_longest_first
 
 
-def attend(Q, K, V, q, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_len, last_key,
-           offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
-           TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool, FP8: ConstBool,
-           SOFTCAP: ConstBool,
+def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_len,
+           last_key, offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
+           TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
+           MASKED: ConstBool, FP8: ConstBool, SOFTCAP: ConstBool,
            tanh_scale, WINDOW: ConstBool, window_left, window_right):
     """Key tiles first_tile..end_tile-1 into the running (m_i, l_i, acc); with MASKED, past
     the causal diagonal, the last key and the window are masked. FP8: V is stored
     transposed (see kernels/fp8.py). SOFTCAP: the scores are tanh(qk * tanh_scale), which
     qk_scale_log2 then scales (see kernels/variants.py). WINDOW: row i sees keys
-    last_key[i] - window_left to last_key[i] + window_right."""
+    last_key[i] - window_left to last_key[i] + window_right. TILE_D_TAIL: Q's and K's
+    columns past TILE_D (q_tail), a product of their own (``attend_query_tile``)."""
     for j in range(first_tile, end_tile):
         k_t = ct.load(K, index=(batch, kv_head, 0, j), shape=(1, 1, TILE_D, TILE_N),
                       order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
                       latency=2).reshape((TILE_D, TILE_N))
         qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+        if TILE_D_TAIL > 0:
+            k_tail = ct.load(K, index=(batch, kv_head, TILE_D // TILE_D_TAIL, j),
+                             shape=(1, 1, TILE_D_TAIL, TILE_N), order=(0, 1, 3, 2),
+                             padding_mode=ct.PaddingMode.ZERO,
+                             latency=2).reshape((TILE_D_TAIL, TILE_N))
+            qk = ct.mma(q_tail, k_tail, qk)
         if SOFTCAP:
             qk = ct.tanh(qk * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
         if MASKED:
@@ -81,18 +88,21 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
     if CAUSAL:
         q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_D, QUERY_GROUP)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
-                      TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, False,
-                      0.0, False, 0, 0, False, Lse)
+                      0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0,
+                      False, 0.0, False, 0, 0, False, Lse)
 
 
 def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset,
-                      TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                      TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
+                      TILE_M: ConstInt, TILE_N: ConstInt,
                       QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool,
                       FP8: ConstBool, v_scale, SOFTCAP: ConstBool, softcap,
                       WINDOW: ConstBool, window_left, window_right, SINKS: ConstBool, Sinks):
     """One query tile of one head against every key it sees: its rows of Out and (with
     WRITE_LSE) of Lse; TILE_D columns of Q and K, TILE_DV of V and Out (this step's kernel:
-    the same). A function of its own so that the variable-length kernel
+    the same), and with TILE_D_TAIL (a power of two dividing TILE_D; 0: none) Q's and K's
+    next TILE_D_TAIL columns as a second product of their own, so that a head dim such as
+    96 (64 + 32) runs Q K^T on its own columns, not padded to 128. A function of its own so that the variable-length kernel
     (kernels/varlen.py), the FP8 one (kernels/fp8.py) and the variants' (kernels/variants.py)
     run this very code, the first on views of one sequence. The constants after WRITE_LSE
     each turn on one variant, with its run-time values after it (unused when off):
@@ -118,23 +128,26 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
 
     q = ct.load(Q, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
                 padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_D))
+    q_tail = q
+    if TILE_D_TAIL > 0:
+        q_tail = ct.load(Q, index=(batch, head, q_tile, TILE_D // TILE_D_TAIL),
+                         shape=(1, 1, TILE_M, TILE_D_TAIL),
+                         padding_mode=ct.PaddingMode.ZERO).reshape((TILE_M, TILE_D_TAIL))
 
     first_tile, whole_start, mask_start, num_k_tiles = key_tile_ranges(
         q_tile * TILE_M, (q_tile + 1) * TILE_M, k_len, query_offset, TILE_N, CAUSAL, WINDOW,
         window_left, window_right)
+    tiles = (TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, CAUSAL)
+    variants = (FP8, SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+    shared = (Q, K, V, q, q_tail)
+    where = (batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2)
     if WINDOW:  # the tiles across the window's lower edge
-        m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, first_tile, whole_start, batch,
-                               kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D,
-                               TILE_DV, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
-                               WINDOW, window_left, window_right)
-    m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, whole_start, mask_start, batch, kv_head,
-                           k_len, last_key, offs_n_in_tile, qk_scale_log2, TILE_D, TILE_DV,
-                           TILE_M, TILE_N, CAUSAL, False, FP8, SOFTCAP, tanh_scale, WINDOW,
-                           window_left, window_right)
-    m_i, l_i, acc = attend(Q, K, V, q, m_i, l_i, acc, max(mask_start, whole_start), num_k_tiles,
-                           batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2,
-                           TILE_D, TILE_DV, TILE_M, TILE_N, CAUSAL, True, FP8, SOFTCAP, tanh_scale,
-                           WINDOW, window_left, window_right)
+        m_i, l_i, acc = attend(*shared, m_i, l_i, acc, first_tile, whole_start, *where, *tiles,
+                               True, *variants)
+    m_i, l_i, acc = attend(*shared, m_i, l_i, acc, whole_start, mask_start, *where, *tiles,
+                           False, *variants)
+    m_i, l_i, acc = attend(*shared, m_i, l_i, acc, max(mask_start, whole_start), num_k_tiles,
+                           *where, *tiles, True, *variants)
 
     out = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX)
     if FP8:

@@ -27,12 +27,14 @@ from .step9_unmasked_loop import attend_query_tile
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
 def fmha(Q, K, V, Out, Lse, Sinks, qk_scale: float, query_offset: int, softcap: float,
-         window_left: int, window_right: int, TILE_D: ConstInt, TILE_DV: ConstInt,
-         TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
-         WRITE_LSE: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool):
+         window_left: int, window_right: int, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
+         TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+         CAUSAL: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool,
+         SINKS: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
-        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_DV, QUERY_GROUP)
+        q_tile, head, batch = query_tiles_longest_first(K, TILE_D + TILE_D_TAIL, TILE_DV,
+                                                        QUERY_GROUP)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
-                      TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, SOFTCAP,
-                      softcap, WINDOW, window_left, window_right, SINKS, Sinks)
+                      TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False,
+                      1.0, SOFTCAP, softcap, WINDOW, window_left, window_right, SINKS, Sinks)

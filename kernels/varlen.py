@@ -87,9 +87,9 @@ def store_no_keys(Out, Lse, head, q_tile, out_slice, TILE_M: ConstInt, TILE_D: C
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
 def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
          qk_scale: float, softcap: float, window_left: int, window_right: int,
-         TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-         QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool,
-         WINDOW: ConstBool, SINKS: ConstBool):
+         TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
+         TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool,
+         SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool):
     """Up to D=256: step 9's query tile, with the variants of kernels/variants.py (a
     window aligned to each sequence's last key, as the causal mask)."""
     head, sequence = ct.bid(1), ct.bid(2)
@@ -105,9 +105,9 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
             store_no_keys(Out, Lse, head, q_tile, 0, TILE_M, TILE_DV, TILE_DV, WRITE_LSE)
         else:
             attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, qk_scale, k_len - q_len,
-                              TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE,
-                              False, 1.0, SOFTCAP, softcap, WINDOW, window_left, window_right,
-                              SINKS, Sinks)
+                              TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
+                              CAUSAL, WRITE_LSE, False, 1.0, SOFTCAP, softcap, WINDOW,
+                              window_left, window_right, SINKS, Sinks)
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())

@@ -168,8 +168,10 @@ FORWARD_FP8 = KernelFamily(
 # scalars and softcap, window_left, window_right, its constants and SOFTCAP, WINDOW, SINKS,
 # each turning one variant on (Sinks, softcap and the window are read only then). The grid
 # is FORWARD's.
-# TILE_DV after TILE_D is V's and Out's tile width (the head dims step 9's code pads: V's
-# head dim may differ from Q's and K's; steps/launcher.py's tile_head_dim).
+# TILE_D_TAIL after TILE_D: Q's and K's columns past TILE_D, a second product of their own
+# (0: none; steps/launcher.py's split_head_dim: D=96 runs 64 + 32 columns). TILE_DV is V's
+# and Out's tile width (the head dims step 9's code pads: V's head dim may differ from Q's
+# and K's; steps/launcher.py's tile_head_dim).
 VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW", "SINKS")
 _VARIANT_SCALARS = (Scalar("softcap", ct.float32), Scalar("window_left", ct.int32),
                     Scalar("window_right", ct.int32))
@@ -178,7 +180,8 @@ FORWARD_VARIANTS = KernelFamily(
     name="forward, variants",
     parameters=_QKV + (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
                        Tensor("Sinks", 1, ct.float32, aligned=False))
-    + _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES + (Constant("WRITE_LSE"),)
+    + _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[:1]
+    + (Constant("TILE_D_TAIL"),) + _PADDED_TILES[1:] + (Constant("WRITE_LSE"),)
     + tuple(Constant(name) for name in VARIANT_CONSTANTS),
     grid=tiles_per_head("Q", "TILE_M"),
 )
@@ -252,15 +255,16 @@ def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
-                      causal: bool, write_lse: bool, value_head_dim: int | None = None) -> dict:
+                      causal: bool, write_lse: bool, value_head_dim: int | None = None,
+                      head_dim_tail: int = 0) -> dict:
     """The compile-time parameters of one forward launch: the FORWARD family's (with
-    FORWARD_VARIANTS's TILE_DV), and with tiles that tile the head dim (tile_k set)
-    FORWARD_TILED_HEAD_DIM's."""
+    FORWARD_VARIANTS's TILE_D_TAIL, `head_dim_tail`, and TILE_DV), and with tiles that
+    tile the head dim (tile_k set) FORWARD_TILED_HEAD_DIM's."""
     constants = attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                     value_head_dim=value_head_dim)
     if tiles.tile_k is not None:
         constants |= {"TILE_K": tiles.tile_k, "TILE_V": tiles.tile_v}
-    return constants | {"WRITE_LSE": write_lse}
+    return constants | {"TILE_D_TAIL": head_dim_tail, "WRITE_LSE": write_lse}
 
 
 # The backward pass (kernels/backward.py): three kernels, each its own family.

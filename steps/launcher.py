@@ -171,6 +171,24 @@ def tile_head_dim(head_dim: int) -> int:
     return next(d for d in HEAD_DIMS if d >= head_dim)
 
 
+# The narrowest second column tile of Q and K (split_head_dim): a warpgroup product's step
+# along its inner dimension in 16-bit inputs.
+MIN_HEAD_DIM_TAIL = 16
+
+
+def split_head_dim(head_dim: int) -> tuple[int, int]:
+    """(TILE_D, TILE_D_TAIL) of Q and K for the forward on step 9's query tile: two
+    power-of-two column tiles where they cover the head dim exactly (96 = 64 + 32, 80 = 64 +
+    16, 160 = 128 + 32, 192 = 128 + 64), so that Q K^T runs on the head dim's own columns
+    instead of padding to the next power of two (a quarter of D=96's 128 columns); else
+    (``tile_head_dim``, 0)."""
+    main = 1 << (head_dim.bit_length() - 1)
+    tail = head_dim - main
+    if head_dim <= HEAD_DIMS[-1] and tail >= MIN_HEAD_DIM_TAIL and tail & (tail - 1) == 0:
+        return main, tail
+    return tile_head_dim(head_dim), 0
+
+
 def launch_head_dim(q_head_dim: int, v_head_dim: int) -> int:
     """The head dim whose platform-table launch (tiles, hints) a call takes: the wider of
     its two tile widths."""

@@ -14,7 +14,8 @@ from ..kernels import variants as kernels
 from ..platforms import PlatformEntry
 from .definitions import QUERY_TILE_STEP, STEPS
 from .family import FORWARD_VARIANTS, forward_constants
-from .launcher import current_stream, on_device, tile_head_dim, unused_lse, with_hints
+from .launcher import (current_stream, on_device, split_head_dim, tile_head_dim, unused_lse,
+                       with_hints)
 
 
 
@@ -88,14 +89,16 @@ def sinks_gradient(sinks: torch.Tensor | None, lse: torch.Tensor,
 def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
                     write_lse: bool, variants: Variants,
                     value_head_dim: int | None = None) -> tuple[object, dict]:
-    """(kernel with step 9's hints, compile-time constants) at `entry`'s step 9 launch;
-    head_dim and value_head_dim: Q's and K's tile width and V's (``tile_head_dim``)."""
-    value_head_dim = value_head_dim or head_dim
+    """(kernel with step 9's hints, compile-time constants) at `entry`'s step 9 launch for
+    the wider tile width of Q's and K's head dim and V's (default head_dim): Q's and K's
+    columns as ``split_head_dim`` cuts them, V's padded by ``tile_head_dim``."""
+    value_tile = tile_head_dim(value_head_dim or head_dim)
     tiles, hints = STEPS[QUERY_TILE_STEP].launch_config(
-        entry, native=True, head_dim=max(head_dim, value_head_dim), causal=causal)
-    constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
-                                  write_lse=write_lse, value_head_dim=value_head_dim) | \
-        variants.constants()
+        entry, native=True, head_dim=max(tile_head_dim(head_dim), value_tile), causal=causal)
+    tile_d, tail = split_head_dim(head_dim)
+    constants = forward_constants(tile_d, tiles, query_group=query_group, causal=causal,
+                                  write_lse=write_lse, value_head_dim=value_tile,
+                                  head_dim_tail=tail) | variants.constants()
     return with_hints(kernels.fmha, hints), constants
 
 
@@ -108,7 +111,7 @@ def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_ls
     top-left). sinks: (heads,) when variants.sinks.
     Arguments checked by the caller (cutile_fmha.dropin)."""
     causal = query_offset is not None
-    shape = dict(head_dim=tile_head_dim(q.shape[-1]), value_head_dim=tile_head_dim(v.shape[-1]),
+    shape = dict(head_dim=q.shape[-1], value_head_dim=v.shape[-1],
                  causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, constants = variants_kernel(platform, **shape) if platform else \

@@ -37,14 +37,18 @@ def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_g
     """(kernel with its hints, family, compile-time constants) of the variable-length
     forward with `entry`'s launch for this head dim, causal or not: the autotuner's for
     the variable-length forward where it has run (``--varlen``), else the dense step's.
-    head_dim, value_head_dim: Q's and K's tile width and V's (``tile_head_dim``; past
-    D=256 the same). `variants`: up to D=256 (the caller checks the head dim)."""
-    launch_dim = max(head_dim, value_head_dim or head_dim)
+    head_dim, value_head_dim: Q's and K's head dim and V's (default head_dim), whose tile
+    widths ``tile_head_dim`` gives (past D=256 the head dim itself).
+    `variants`: up to D=256 (the caller checks the head dim)."""
+    value_tile = tile_head_dim(value_head_dim or head_dim)
+    launch_dim = max(tile_head_dim(head_dim), value_tile)
     step = QUERY_TILE_STEP if launch_dim in HEAD_DIMS else fastest_step(entry, head_dim, causal)
     tiles, hints = launch_of(entry, entry.varlen_tuned.get((launch_dim, causal)), step,
                              head_dim=launch_dim, causal=causal)
-    constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
-                                  write_lse=write_lse, value_head_dim=value_head_dim)
+    # Q and K padded to their tile width: the dense forward's split_head_dim is not yet
+    # run here on a GPU.
+    constants = forward_constants(tile_head_dim(head_dim), tiles, query_group=query_group,
+                                  causal=causal, write_lse=write_lse, value_head_dim=value_tile)
     if launch_dim in HEAD_DIMS:
         return (with_hints(kernels.fmha, hints), FORWARD_VARLEN,
                 constants | variants.constants())
@@ -138,7 +142,7 @@ def forward_plan(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: 
                  variants: Variants = NO_VARIANTS) -> ForwardPlan:
     """``varlen_forward``'s launch as a plan, for tensors of these shapes and as many
     sequences (it keeps none of them)."""
-    shape = dict(head_dim=tile_head_dim(q.shape[-1]), value_head_dim=tile_head_dim(v.shape[-1]),
+    shape = dict(head_dim=q.shape[-1], value_head_dim=v.shape[-1],
                  causal=causal, query_group=q.shape[1] // k.shape[1],
                  write_lse=with_lse, variants=variants)
     kernel, family, constants = forward_kernel(platform, **shape) if platform else \

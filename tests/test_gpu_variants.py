@@ -305,14 +305,14 @@ def test_packed_sequences_gradients_with_the_variants(head_dim, causal, case):
     assert max(errors.values()) <= 2e-2, errors
 
 
-HEAD_DIM_CASES = [(80, 80), (96, 96), (192, 192), (192, 128), (32, 32), (64, 128)]
+HEAD_DIM_CASES = [(80, 80), (96, 96), (160, 160), (192, 192), (192, 128), (32, 32), (64, 128)]
 
 
 @pytest.mark.parametrize("q_dim,v_dim", HEAD_DIM_CASES)
 @pytest.mark.parametrize("causal", [True, False, "bottom_right"])
 def test_padded_head_dims_match_float64_within_twice_sdpas_error(q_dim, v_dim, causal):
-    """D 80, 96, 192 and value's head dim other than query's (step 9's code on zero-padded
-    tiles): output, LSE and dq, dk, dv against float64 autograd, GQA, lengths that are no
+    """D 80, 96, 160, 192 and value's head dim other than query's (step 9's code on Q and K
+    cut in two column tiles, or zero-padded ones): output, LSE and dq, dk, dv against float64 autograd, GQA, lengths that are no
     tile multiple, each within twice SDPA's error on the same inputs."""
     q_len, k_len = (333, 333) if causal != "bottom_right" else (150, 400)
     dtype = torch.bfloat16 if q_dim % 32 else torch.float16

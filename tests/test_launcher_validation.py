@@ -8,6 +8,7 @@ import torch
 
 import cutile_fmha
 from cutile_fmha.steps import STEPS, attention, plan_launch
+from cutile_fmha.steps.launcher import split_head_dim, tile_head_dim
 from cutile_fmha.platforms.environment import CHECK_COMMAND
 
 
@@ -192,3 +193,16 @@ def test_tensors_past_32_bit_strides():
         (2, 2, 8, 64), (2 ** 31, 512, 64, 1))
     with pytest.raises(ValueError, match=r"k is too long .* \(strides \(2147483648, 512, 64, 1\)"):
         attention(q, strided, q)
+
+
+@pytest.mark.parametrize("head_dim,tiles", [
+    (96, (64, 32)), (80, (64, 16)), (160, (128, 32)), (144, (128, 16)), (192, (128, 64)),
+    (64, (64, 0)), (128, (128, 0)), (256, (256, 0)),  # powers of two: one tile
+    (72, (128, 0)), (112, (128, 0)), (224, (256, 0)),  # no power-of-two tail of 16 or more
+    (320, (320, 0)),  # past D=256 steps 10-11 tile the head dim themselves
+])
+def test_q_and_k_columns_split_in_two_power_of_two_tiles_where_they_cover_the_head_dim(
+        head_dim, tiles):
+    assert split_head_dim(head_dim) == tiles
+    main, tail = tiles
+    assert main + tail == head_dim or (tail == 0 and main == tile_head_dim(head_dim))

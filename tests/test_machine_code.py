@@ -222,3 +222,15 @@ def test_variable_length_kernels_keep_warpgroup_mma_and_tma_loads_without_spills
     usage, code = resource_usage(cubin), sass(cubin)
     assert "HGMMA" in code and "UTMALDG" in code
     assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+
+
+# Q and K in two column tiles (D=96: 64 + 32, D_qk=192: 128 + 64 with D_v=128): the
+# variants' forward on sm_90, with fewer warpgroup products than the padded tiles.
+@pytest.mark.parametrize("head_dim,value_head_dim,padded", [(96, 96, 128), (192, 128, 256)])
+def test_split_head_dims_compile_to_fewer_products_than_padding(head_dim, value_head_dim,
+                                                                padded):
+    options = dict(dtype="bfloat16", causal=False, variants=Variants(),
+                   value_head_dim=value_head_dim)
+    split = sass(compile_variants("sm_90", head_dim=head_dim, **options))
+    whole = sass(compile_variants("sm_90", head_dim=padded, **options))
+    assert 0 < split.count("HGMMA") < whole.count("HGMMA")
