@@ -102,14 +102,15 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
     WRITE_LSE) of Lse; TILE_D columns of Q and K, TILE_DV of V and Out (this step's kernel:
     the same), and with TILE_D_TAIL (a power of two dividing TILE_D; 0: none) Q's and K's
     next TILE_D_TAIL columns as a second product of their own, so that a head dim such as
-    96 (64 + 32) runs Q K^T on its own columns, not padded to 128. A function of its own so that the variable-length kernel
-    (kernels/varlen.py), the FP8 one (kernels/fp8.py) and the variants' (kernels/variants.py)
-    run this very code, the first on views of one sequence. The constants after WRITE_LSE
-    each turn on one variant, with its run-time values after it (unused when off):
-    FP8: float8 inputs, V stored transposed, the output multiplied by `v_scale` (V's
-    dequantization factor). SOFTCAP: scores softcap * tanh(scores / softcap). WINDOW: row i
-    sees keys within window_left before and window_right after its diagonal key. SINKS: one
-    more logit per head, Sinks[head], in each row's softmax denominator."""
+    96 (64 + 32) runs Q K^T on its own columns, not padded to 128. A function of its own so
+    that the variable-length kernel (kernels/varlen.py), the FP8 one (kernels/fp8.py) and
+    the variants' (kernels/variants.py) run this very code, the first on views of one
+    sequence. The constants after WRITE_LSE each turn on one variant, with its run-time
+    values after it (unused when off): FP8: float8 inputs, V stored transposed, the output
+    multiplied by `v_scale` (V's dequantization factor). SOFTCAP: scores softcap *
+    tanh(scores / softcap). WINDOW: row i sees keys within window_left before and
+    window_right after its diagonal key. SINKS: one more logit per head, Sinks[head], in
+    each row's softmax denominator."""
     kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
     k_len = K.shape[2]
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
