@@ -120,6 +120,17 @@ def unused_lse(device: torch.device) -> torch.Tensor:
     return torch.empty((1, 1, 1), dtype=torch.float32, device=device)
 
 
+@functools.cache
+def unused_sinks(device: torch.device) -> torch.Tensor:
+    """The Sinks argument of a launch without sinks (SINKS=False never reads it)."""
+    return unused_lse(device).view(1)
+
+
+def sinks_argument(sinks: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """The Sinks array the kernels take: float32 sinks (heads,), or ``unused_sinks``."""
+    return unused_sinks(device) if sinks is None else sinks.float()
+
+
 def _check_tensor(name: str, t) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -14,8 +14,8 @@ from ..kernels import variants as kernels
 from ..platforms import PlatformEntry
 from .definitions import QUERY_TILE_STEP, STEPS
 from .family import FORWARD_VARIANTS, forward_constants
-from .launcher import (current_stream, on_device, split_head_dim, tile_head_dim, unused_lse,
-                       with_hints)
+from .launcher import (current_stream, on_device, sinks_argument, split_head_dim,
+                       tile_head_dim, unused_lse, with_hints)
 
 
 
@@ -67,7 +67,7 @@ class Variants:
 
     def values(self, *, q_rows: int, k_rows: int, causal: bool, sinks, device) -> dict:
         """``scalars`` and the Sinks array (a placeholder without sinks)."""
-        return {"Sinks": sinks.float() if sinks is not None else unused_lse(device).view(1),
+        return {"Sinks": sinks_argument(sinks, device),
                 **self.scalars(q_rows=q_rows, k_rows=k_rows, causal=causal)}
 
 

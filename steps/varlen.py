@@ -21,7 +21,8 @@ from .backward import check_backward_head_dims, launch_gradient_kernels, row_dot
 from .definitions import QUERY_TILE_STEP, fastest_step, launch_of, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      KernelFamily, forward_constants)
-from .launcher import current_stream, on_device, tile_head_dim, unused_lse, with_hints
+from .launcher import (current_stream, on_device, sinks_argument, tile_head_dim, unused_lse,
+                       with_hints)
 from .variants import NO_VARIANTS, Variants
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
@@ -123,15 +124,13 @@ class ForwardPlan:
     family: KernelFamily
     grid: tuple[int, int, int]
     settings: tuple
-    with_lse: bool
-    no_sinks: torch.Tensor  # the Sinks argument where there are none (never read)
 
     def launch(self, q, k, v, out, lse, bounds: SequenceBounds, sinks=None) -> None:
         """The launch on these tensors (the shapes, strides, dtypes and device the plan was
         made for; lse: a placeholder, ``unused_lse``, without with_lse), on the current
         stream."""
         tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse,
-                   "Sinks": self.no_sinks if sinks is None else sinks.float(),
+                   "Sinks": sinks_argument(sinks, q.device),
                    **bounds.values()}
         ct.launch(current_stream(q.device), self.grid, self.kernel,
                   self.family.tensors(tensors) + self.settings)
@@ -151,8 +150,7 @@ def forward_plan(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: 
               **constants}
     if family is FORWARD_VARLEN:
         values |= variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal)
-    return ForwardPlan(kernel, family, family.grid(values), family.settings(values), with_lse,
-                       no_sinks=unused_lse(q.device).view(1))
+    return ForwardPlan(kernel, family, family.grid(values), family.settings(values))
 
 
 def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
