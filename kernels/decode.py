@@ -12,10 +12,13 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
 - Split-KV (flash-decoding): with few sequences and heads, the keys of each sequence are
   cut into ct.num_blocks(0) chunks, each CTA writes its chunk's normalised output and
   log-sum-exp to float32 buffers, and ``merge_splits`` combines them. With one split the
-  CTA writes the output itself (SPLIT=False).
+  CTA writes the output itself (SPLIT=False). The merge is a programmatic dependent
+  launch on sm_90 and later: its CTAs start as the splits do and wait on the GPU for
+  them, so no launch gap separates the two kernels.
 - The cache is dense, (batch, kv_heads, capacity, D) as transformers keeps it, or paged
   (PAGED): (blocks, BLOCK_SIZE, kv_heads, D), sequence b's key p in block
-  BlockTable[b, p // BLOCK_SIZE], each block's rows a TMA load of its own.
+  BlockTable[b, p // BLOCK_SIZE], each block's rows a TMA load of its own (a tile of two
+  blocks of 64 keys or more: two products per matrix, one per block).
 - Sequence b's keys are KeyStarts[b] (HAS_STARTS; else 0) to KeyEnds[b]-1 (HAS_LENGTHS;
   else the whole capacity). Under CAUSAL its query row t sees keys up to KeyEnds[b] - q_len + t: the
   new tokens are the cache's last ones.
@@ -92,35 +95,82 @@ def load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N: ConstInt,
     return ct.cat((four, upper), 0)
 
 
+def tile_scores(K, BlockTable, q_t, tile, offset, batch, kv_head, start, end, last_key,
+                tanh_scale, window_left, ROWS: ConstInt, TILE_N: ConstInt, TILE_D: ConstInt,
+                CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool,
+                WINDOW: ConstBool, MASKED: ConstBool):
+    """(S^T of key tile `tile`'s ROWS keys from `offset` on (ROWS, M), under MASKED -inf
+    where a column does not see the key; which of the keys are the sequence's, (ROWS, 1),
+    or None)."""
+    first_key = tile * TILE_N + offset
+    if ROWS == TILE_N:
+        k = load_cache_tile(K, BlockTable, batch, kv_head, tile, TILE_N, TILE_D, PAGED,
+                            BLOCK_SIZE)
+    else:
+        k = load_block_rows(K, BlockTable, batch, kv_head, first_key, ROWS, TILE_D, BLOCK_SIZE)
+    s = ct.mma(k, q_t, ct.full((ROWS, q_t.shape[1]), 0.0, dtype=ct.float32))
+    if SOFTCAP:
+        s = ct.tanh(s * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
+    in_sequence = None
+    if MASKED:
+        keys = (first_key + ct.arange(ROWS, dtype=ct.int32))[:, None]
+        in_sequence = (keys >= start) & (keys < end)
+        visible = in_sequence & (keys <= last_key) if CAUSAL else in_sequence
+        if WINDOW:
+            visible = visible & (keys >= last_key - window_left)
+        s = ct.where(visible, s, -math.inf)
+    return s, in_sequence
+
+
+def add_values(V, BlockTable, p, acc, tile, offset, in_sequence, batch, kv_head,
+               ROWS: ConstInt, TILE_N: ConstInt, TILE_D: ConstInt, PAGED: ConstBool,
+               BLOCK_SIZE: ConstInt, MASKED: ConstBool):
+    """acc + V^T P^T over key tile `tile`'s ROWS keys from `offset` on (under MASKED, V rows
+    outside the sequence zeroed: a cache's unused slots may hold NaN)."""
+    if ROWS == TILE_N:
+        v = load_cache_tile(V, BlockTable, batch, kv_head, tile, TILE_N, TILE_D, PAGED,
+                            BLOCK_SIZE)
+    else:
+        v = load_block_rows(V, BlockTable, batch, kv_head, tile * TILE_N + offset, ROWS,
+                            TILE_D, BLOCK_SIZE)
+    if MASKED:
+        v = ct.where(in_sequence, v, 0.0)
+    return ct.mma(ct.transpose(v), p.astype(v.dtype), acc)
+
+
 def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_head, start,
            end, last_key, qk_scale_log2, tanh_scale, window_left, TILE_D: ConstInt,
            TILE_N: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
            SOFTCAP: ConstBool, WINDOW: ConstBool, MASKED: ConstBool):
     """Key tiles first_tile..end_tile-1 into the running column statistics (m, l: (1, M))
     and acc (TILE_D, M); with MASKED, keys outside start..end-1, past each column's
-    `last_key` and (WINDOW) more than window_left before it count for nothing."""
+    `last_key` and (WINDOW) more than window_left before it count for nothing.
+    A paged tile of two blocks of at least 64 keys (a warpgroup product's M side each) runs
+    as two products per matrix, each on its block's own TMA load: joined with ct.cat, the
+    blocks went through registers (LDSM) and took shared memory from the load pipeline."""
+    halves = PAGED and TILE_N == 2 * BLOCK_SIZE and BLOCK_SIZE >= 64
+    rows = TILE_N // 2 if halves else TILE_N
+    keys = (K, BlockTable, q_t)
+    where = (batch, kv_head, start, end, last_key, tanh_scale, window_left, rows, TILE_N,
+             TILE_D, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, MASKED)
+    values = (batch, kv_head, rows, TILE_N, TILE_D, PAGED, BLOCK_SIZE, MASKED)
     for j in range(first_tile, end_tile):
-        k = load_cache_tile(K, BlockTable, batch, kv_head, j, TILE_N, TILE_D, PAGED, BLOCK_SIZE)
-        s = ct.mma(k, q_t, ct.full((TILE_N, q_t.shape[1]), 0.0, dtype=ct.float32))
-        if SOFTCAP:
-            s = ct.tanh(s * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
-        if MASKED:
-            keys = (j * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[:, None]
-            in_sequence = (keys >= start) & (keys < end)
-            visible = in_sequence & (keys <= last_key) if CAUSAL else in_sequence
-            if WINDOW:
-                visible = visible & (keys >= last_key - window_left)
-            s = ct.where(visible, s, -math.inf)
-        m_new = ct.maximum(m, ct.max(s, axis=0, keepdims=True) * qk_scale_log2)
+        s, in_sequence = tile_scores(*keys, j, 0, *where)
+        tile_max = ct.max(s, axis=0, keepdims=True)
+        if halves:
+            s_upper, in_upper = tile_scores(*keys, j, rows, *where)
+            tile_max = ct.maximum(tile_max, ct.max(s_upper, axis=0, keepdims=True))
+        m_new = ct.maximum(m, tile_max * qk_scale_log2)
         # A column that has seen no key yet keeps m = -inf: subtract 0 there, not -inf.
         m_used = ct.where(m_new == -math.inf, 0.0, m_new)
         p = ct.exp2(s * qk_scale_log2 - m_used, flush_to_zero=True)
         alpha = ct.exp2(m - m_used, flush_to_zero=True)
         l = l * alpha + ct.sum(p, axis=0, keepdims=True)
-        v = load_cache_tile(V, BlockTable, batch, kv_head, j, TILE_N, TILE_D, PAGED, BLOCK_SIZE)
-        if MASKED:
-            v = ct.where(in_sequence, v, 0.0)
-        acc = ct.mma(ct.transpose(v), p.astype(v.dtype), acc * alpha)
+        acc = add_values(V, BlockTable, p, acc * alpha, j, 0, in_sequence, *values)
+        if halves:
+            p_upper = ct.exp2(s_upper * qk_scale_log2 - m_used, flush_to_zero=True)
+            l = l + ct.sum(p_upper, axis=0, keepdims=True)
+            acc = add_values(V, BlockTable, p_upper, acc, j, rows, in_upper, *values)
         m = m_new
     return m, l, acc
 
@@ -137,6 +187,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT); Sinks: (heads,)
     float32 under SINKS."""
     split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    if SPLIT:  # the merge's CTAs may start now, and wait on the GPU for this grid's end
+        ct.grid_dependency_control_launch_dependents()
     q_len = Q.shape[2]
     columns = GROUP_TILE * QUERY_ROWS
     capacity = BlockTable.shape[1] * BLOCK_SIZE if PAGED else K.shape[2]
@@ -206,6 +258,7 @@ def merge_splits(Partial, PartialLse, Out, Lse, TILE_D: ConstInt, SPLITS_TILE: C
     """One query row of one head: the splits' outputs weighted by their share of the
     softmax denominator, exp2(lse_split - lse) (Out, Lse and the buffers as in decode)."""
     row, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    ct.grid_dependency_control_wait()  # launched early (programmatic): the splits' writes
     q_len = Out.shape[2]
     head_in_group, query_row = row // q_len, row % q_len
     column = head_in_group * QUERY_ROWS + query_row

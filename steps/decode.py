@@ -67,6 +67,9 @@ class DecodePlan:
     split_buffer_shape: tuple[int, ...] | None  # (batch, kv_heads, splits, columns, D)
     device: torch.device
     variant_scalars: dict  # the variants' run-time arguments (Variants.scalars)
+    # The merge launched programmatically (sm_90 and later): its CTAs start while the
+    # splits run and wait on the GPU for them (kernels/decode.py), with no launch gap.
+    early_merge: bool = False
     split_buffers: dict = field(default_factory=dict)  # stream -> (partial, partial_lse)
     settings_by_scale: dict = field(default_factory=dict)  # softmax scale -> settings
 
@@ -111,9 +114,9 @@ def kept(cache: dict, key, make, keep: bool):
 
 
 def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
-                device: torch.device) -> DecodePlan:
+                device: torch.device, early_merge: bool = False) -> DecodePlan:
     """The launches of `shape` with `launch` (a platform entry's for its head dim), on a
-    GPU with `sms` SMs."""
+    GPU with `sms` SMs; `early_merge`: see DecodePlan."""
     group_tile = power_of_two_at_least(shape.group)
     query_rows = max(power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
     splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
@@ -138,14 +141,16 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                             shape.head_dim) if splits > 1 else None,
         device=device,
         variant_scalars=shape.asked.scalars(q_rows=shape.q_len, k_rows=shape.capacity,
-                                            causal=True))
+                                            causal=True),
+        early_merge=early_merge)
 
 
 @functools.cache
 def _cached_plan(shape: DecodeShape, device: torch.device,
                  launch: DecodeLaunch | None) -> DecodePlan:
     arch, sms = device_facts(device)
-    return decode_plan(shape, launch or entry_for(arch).decode[shape.head_dim], sms, device)
+    return decode_plan(shape, launch or entry_for(arch).decode[shape.head_dim], sms, device,
+                       early_merge=torch.cuda.get_device_capability(device) >= (9, 0))
 
 
 _PLACEHOLDERS: dict[tuple, torch.Tensor] = {}
@@ -188,5 +193,6 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
     if plan.split_buffer_shape is not None:
         merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse}
         ct.launch(stream, plan.merge_grid, kernels.merge_splits,
-                  MERGE_SPLITS.tensors(merge) + plan.merge_settings)
+                  MERGE_SPLITS.tensors(merge) + plan.merge_settings,
+                  programmatic_dependent_launch=plan.early_merge)
     return out, lse if shape.write_lse else None

@@ -24,9 +24,9 @@ from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.backward import BACKWARD_FAMILIES, backward_kernel
-from cutile_fmha.steps.compile import (compile_backward, compile_fp8, compile_step,
-                                       compile_variants, compile_varlen, export_cubin,
-                                       resource_usage, sass)
+from cutile_fmha.steps.compile import (compile_backward, compile_decode, compile_fp8,
+                                       compile_step, compile_variants, compile_varlen,
+                                       export_cubin, resource_usage, sass)
 from cutile_fmha.steps.definitions import fastest_step, step_of
 from cutile_fmha.steps.decode import DecodeShape, decode_plan
 from cutile_fmha.steps.family import DECODE, backward_constants, forward_constants
@@ -234,3 +234,25 @@ def test_split_head_dims_compile_to_fewer_products_than_padding(head_dim, value_
     split = sass(compile_variants("sm_90", head_dim=head_dim, **options))
     whole = sass(compile_variants("sm_90", head_dim=padded, **options))
     assert 0 < split.count("HGMMA") < whole.count("HGMMA")
+
+
+def test_paged_tiles_of_two_blocks_multiply_from_shared_memory_as_a_dense_cache_does():
+    """A 128-key tile of two 64-key blocks runs two products per matrix on the blocks'
+    own TMA loads (kernels/decode.py's `attend`): as few shared-memory-to-register loads
+    (LDSM) as the dense cache's kernel, not the ones a ct.cat of the blocks made."""
+    options = dict(dtype="bfloat16", head_dim=128, splits=1, causal=True)
+    dense = sass(compile_decode("sm_90", **options)[0])
+    paged = sass(compile_decode("sm_90", block_size=64, **options)[0])
+    assert paged.count("UTMALDG") > dense.count("UTMALDG")  # a load per block
+    assert paged.count("LDSM") == dense.count("LDSM") > 0
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_split_merge_starts_early_and_waits_on_the_gpu_for_the_splits(splits):
+    """Split decoding lets the merge's CTAs start while the splits run (griddepcontrol:
+    PREEXIT), and the merge waits for them on the GPU (ACQBULK) before reading their
+    parts; an unsplit decode has no merge to let in."""
+    decode, merge = (sass(cubin) for cubin in compile_decode(
+        "sm_90", dtype="bfloat16", head_dim=128, splits=splits))
+    assert ("PREEXIT" in decode) == (splits > 1)
+    assert "ACQBULK" in merge
