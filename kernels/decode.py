@@ -95,6 +95,17 @@ def load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N: ConstInt,
     return ct.cat((four, upper), 0)
 
 
+def load_tile_rows(Cache, BlockTable, batch, kv_head, tile, offset, ROWS: ConstInt,
+                   TILE_N: ConstInt, TILE_D: ConstInt, PAGED: ConstBool, BLOCK_SIZE: ConstInt):
+    """(ROWS, TILE_D) of key tile `tile` from its row `offset` on: the whole tile (ROWS =
+    TILE_N) or one block of it."""
+    if ROWS == TILE_N:
+        return load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N, TILE_D, PAGED,
+                               BLOCK_SIZE)
+    return load_block_rows(Cache, BlockTable, batch, kv_head, tile * TILE_N + offset, ROWS,
+                           TILE_D, BLOCK_SIZE)
+
+
 def tile_scores(K, BlockTable, q_t, tile, offset, batch, kv_head, start, end, last_key,
                 tanh_scale, window_left, ROWS: ConstInt, TILE_N: ConstInt, TILE_D: ConstInt,
                 CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool,
@@ -102,18 +113,14 @@ def tile_scores(K, BlockTable, q_t, tile, offset, batch, kv_head, start, end, la
     """(S^T of key tile `tile`'s ROWS keys from `offset` on (ROWS, M), under MASKED -inf
     where a column does not see the key; which of the keys are the sequence's, (ROWS, 1),
     or None)."""
-    first_key = tile * TILE_N + offset
-    if ROWS == TILE_N:
-        k = load_cache_tile(K, BlockTable, batch, kv_head, tile, TILE_N, TILE_D, PAGED,
-                            BLOCK_SIZE)
-    else:
-        k = load_block_rows(K, BlockTable, batch, kv_head, first_key, ROWS, TILE_D, BLOCK_SIZE)
+    k = load_tile_rows(K, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, TILE_D,
+                       PAGED, BLOCK_SIZE)
     s = ct.mma(k, q_t, ct.full((ROWS, q_t.shape[1]), 0.0, dtype=ct.float32))
     if SOFTCAP:
         s = ct.tanh(s * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
     in_sequence = None
     if MASKED:
-        keys = (first_key + ct.arange(ROWS, dtype=ct.int32))[:, None]
+        keys = (tile * TILE_N + offset + ct.arange(ROWS, dtype=ct.int32))[:, None]
         in_sequence = (keys >= start) & (keys < end)
         visible = in_sequence & (keys <= last_key) if CAUSAL else in_sequence
         if WINDOW:
@@ -127,12 +134,8 @@ def add_values(V, BlockTable, p, acc, tile, offset, in_sequence, batch, kv_head,
                BLOCK_SIZE: ConstInt, MASKED: ConstBool):
     """acc + V^T P^T over key tile `tile`'s ROWS keys from `offset` on (under MASKED, V rows
     outside the sequence zeroed: a cache's unused slots may hold NaN)."""
-    if ROWS == TILE_N:
-        v = load_cache_tile(V, BlockTable, batch, kv_head, tile, TILE_N, TILE_D, PAGED,
-                            BLOCK_SIZE)
-    else:
-        v = load_block_rows(V, BlockTable, batch, kv_head, tile * TILE_N + offset, ROWS,
-                            TILE_D, BLOCK_SIZE)
+    v = load_tile_rows(V, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, TILE_D,
+                       PAGED, BLOCK_SIZE)
     if MASKED:
         v = ct.where(in_sequence, v, 0.0)
     return ct.mma(ct.transpose(v), p.astype(v.dtype), acc)
