@@ -150,6 +150,23 @@ def test_buffers_are_kept_only_outside_a_cuda_graphs_memory_pool(monkeypatch):
     assert len(made) == 3
 
 
+@pytest.mark.parametrize("capability,early", [((8, 0), False), ((8, 9), False),
+                                               ((9, 0), True), ((12, 0), True)])
+def test_the_merge_launches_programmatically_from_hopper_on(capability, early, monkeypatch):
+    """Programmatic dependent launches exist from sm_90: the merge waits on the GPU there
+    (kernels/decode.py); before it, a plain launch after the splits."""
+    from cutile_fmha.steps import decode
+
+    monkeypatch.setattr(decode, "device_facts", lambda device: ("sm_90", 132))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    shape = decode.DecodeShape(batch=1, head_dim=128, kv_heads=8, group=4, q_len=1,
+                               capacity=4096, block_size=None, causal=True, has_starts=False,
+                               has_lengths=True, write_lse=False, num_splits=None)
+    plan = decode._cached_plan.__wrapped__(shape, torch.device("cuda", 0), None)
+    assert plan.split_buffer_shape is not None  # split: a merge to launch
+    assert plan.early_merge is early
+
+
 @pytest.mark.parametrize("head_dim,q_len,options", [
     (96, 1, {}), (64, 2, {"is_causal": False, "window_size": (8, 8)})])
 def test_other_head_dims_and_windows_bounded_right_take_a_dense_cache_only(head_dim, q_len,
