@@ -9,11 +9,13 @@ sequence lives in batch row s, or in row 0 when the array has only one.
 
 One CTA per (query tile, head, sequence) reads those four numbers, takes views of Q, K, V,
 Out and Lse that start at the sequence and end with it (``Array.slice``: no copy, the
-loads stay TMA loads and see zero past the sequence's last row), and runs the dense
-kernel's own code on them: the forward is ``attend_query_tile`` of step 9 (past D=256,
-of step 10 or 11), the backward the dK/dV and dQ tiles of kernels/backward.py. Under
-CAUSAL each sequence's diagonal is aligned to its last key (bottom right, as flash-attn
-aligns varlen batches). A sequence with no keys gives zeros and an LSE of -inf.
+loads stay TMA loads and see zero past the sequence's last row; the CTA writes their
+tensor maps itself, so the dK/dV kernel reads its key tile, loaded once, by plain loads),
+and runs the dense kernel's own code on them: the forward is ``attend_query_tile`` of
+step 9 (past D=256, of step 10 or 11), the backward the dK/dV and dQ tiles of
+kernels/backward.py. Under CAUSAL each sequence's diagonal is aligned to its last key
+(bottom right, as flash-attn aligns varlen batches). A sequence with no keys gives zeros
+and an LSE of -inf.
 
 The grid is sized from the longest sequence the caller names. In the forward each CTA
 strides through its sequence's tiles by the grid's width, so a sequence longer than the
@@ -163,7 +165,7 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
     if k_tile < num_k_tiles:
         dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, 0, kv_head, k_tile, qk_scale,
                       k_len - q_len, TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL,
-                      SOFTCAP, softcap, WINDOW, window_left, window_right)
+                      SOFTCAP, softcap, WINDOW, window_left, window_right, False)
     if k_tile == ct.num_blocks(0) - 1:
         for missing in range(k_tile + 1, num_k_tiles):
             ct.store(dK, index=(0, kv_head, missing, 0),

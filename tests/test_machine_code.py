@@ -224,6 +224,21 @@ def test_variable_length_kernels_keep_warpgroup_mma_and_tma_loads_without_spills
     assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_variable_length_dkdv_makes_tensor_maps_only_for_the_tiles_it_loops_over(head_dim):
+    """On a view the CTA writes each TMA load's tensor map itself (UTMACCTL.IV after it):
+    the dK/dV kernel reads its key tile once by plain loads, so it makes two (Q, dO) where
+    dQ, whose loop reads K and V, makes four; the dense dK/dV loads K and V by TMA, from
+    the host's tensor maps (no UTMACCTL.IV, no plain loads)."""
+    options = dict(dtype="bfloat16", head_dim=head_dim, causal=True, query_group=4)
+    varlen = {name: sass(compile_varlen(name, "sm_90", **options)) for name in ("dkdv", "dq")}
+    dense = sass(compile_backward("dkdv", "sm_90", **options))
+    assert len(re.findall(r"UTMACCTL\.IV", varlen["dkdv"])) == 2
+    assert len(re.findall(r"UTMACCTL\.IV", varlen["dq"])) == 4
+    assert re.search(r"\bLDG\b", varlen["dkdv"])
+    assert "UTMACCTL.IV" not in dense and not re.search(r"\bLDG\b", dense)
+
+
 # Q and K in two column tiles (D=96: 64 + 32, D_qk=192: 128 + 64 with D_v=128): the
 # variants' forward on sm_90, with fewer warpgroup products than the padded tiles.
 @pytest.mark.parametrize("head_dim,value_head_dim,padded", [(96, 96, 128), (192, 128, 256)])
