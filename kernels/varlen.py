@@ -56,9 +56,29 @@ def sequence_view(X, sequence, start, length):
     return X.slice(0, batch, batch + 1).slice(2, start, start + length)
 
 
+def one_batch_row(X, RANK: ConstInt):
+    """X as (batch rows, heads, rows[, D]) of rank RANK: X itself, or a packed
+    (tokens, heads[, D]) array of one rank less seen as its one batch row. The view made
+    here, not by the host, saves a packed call's launch a view per array."""
+    if X.ndim == RANK:
+        return X
+    if RANK == 4:
+        return ct.Array.from_foreign(X.foreign_pointer, (1, X.shape[1], X.shape[0], X.shape[2]),
+                                     (X.shape[0] * X.strides[0], X.strides[1], X.strides[0],
+                                      X.strides[2]))
+    return ct.Array.from_foreign(X.foreign_pointer, (1, X.shape[0], X.shape[1]),
+                                 (X.shape[0] * X.strides[0], X.strides[0], X.strides[1]))
+
+
 def forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
                   WRITE_LSE: ConstBool):
-    """The forward's arrays as views of one sequence, and its query and key counts."""
+    """The forward's arrays as views of one sequence, and its query and key counts. A
+    packed batch may pass Q, K, V and Out as (tokens, heads, D) and Lse as (heads,
+    tokens): the packed tensors themselves."""
+    Q, K, V, Out = one_batch_row(Q, 4), one_batch_row(K, 4), one_batch_row(V, 4), \
+        one_batch_row(Out, 4)
+    if WRITE_LSE:
+        Lse = one_batch_row(Lse, 3)
     q_start, q_len = sequence_bounds(QueryStarts, QueryEnds, sequence, Q.shape[2])
     k_start, k_len = sequence_bounds(KeyStarts, KeyEnds, sequence, K.shape[2])
     Q = sequence_view(Q, sequence, q_start, q_len)

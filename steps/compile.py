@@ -30,7 +30,7 @@ from .backward import BACKWARD_FAMILIES, backward_kernel
 from .definitions import STEPS, steps_for
 from .decode import DecodeShape, decode_plan
 from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, KernelFamily,
-                     backward_constants, forward_constants)
+                     backward_constants, forward_constants, packed)
 from .fp8 import fp8_kernel
 from .variants import NO_VARIANTS, Variants, variants_kernel
 from .launcher import kernel_for
@@ -80,17 +80,19 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
                    write_lse: bool = False, query_group: int = 1,
                    entry: PlatformEntry | None = None,
                    variants: Variants = NO_VARIANTS,
-                   value_head_dim: int | None = None) -> bytes:
+                   value_head_dim: int | None = None, packed_tensors: bool = False) -> bytes:
     """The cubin of a variable-length kernel ("fmha" for the forward at any head dim, with
     `variants` up to D=256; "dkdv" or "dq", kernels/varlen.py, with their softcap and
     window) for `arch`, at the launch the launcher takes there; V's tile width
-    `value_head_dim` (default head_dim, up to D=256)."""
+    `value_head_dim` (default head_dim, up to D=256). `packed_tensors`: the forward as a
+    packed call without gradients launches it, on the packed tensors (``packed``)."""
     if name == "fmha":
         kernel, family, constants = forward_kernel(entry or entry_for(arch), head_dim=head_dim,
                                                    causal=causal, query_group=query_group,
                                                    write_lse=write_lse, variants=variants,
                                                    value_head_dim=value_head_dim)
-        return export_cubin(kernel, family, dtype=dtype, constants=constants, arch=arch)
+        return export_cubin(kernel, packed(family) if packed_tensors else family, dtype=dtype,
+                            constants=constants, arch=arch)
     launch = backward_entry_for(arch).launches[max(head_dim, value_head_dim or 0)][name]
     constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
                                    causal=causal, variants=variants,

@@ -6,6 +6,7 @@ description, the compile-only export its signature, and the tests check every ke
 the family against it; a new family is one new description here.
 """
 
+import dataclasses
 import functools
 import math
 import operator
@@ -312,6 +313,17 @@ def _tiled_head_dim_varlen_grid(values: dict) -> tuple[int, int, int]:
 FORWARD_TILED_HEAD_DIM_VARLEN = _varlen(FORWARD_TILED_HEAD_DIM, _tiled_head_dim_varlen_grid,
                                         extra_constants=("RESIDENT_QUERY",))
 DKDV_VARLEN = _varlen(DKDV, tiles_per_sequence("max_seqlen_k", "TILE_N", "K"))
+# A packed batch's forward may pass its packed tensors themselves, one rank less: Q, K, V,
+# Out (tokens, heads, D), Lse (heads, tokens); the kernel sees them as one batch row.
+PACKED_RANKS = {"Q": 3, "K": 3, "V": 3, "Out": 3, "Lse": 2}
+
+
+def packed(family: KernelFamily) -> KernelFamily:
+    """A variable-length forward `family` called with the packed tensors (PACKED_RANKS):
+    the same kernels, compiled for arrays of those ranks."""
+    return dataclasses.replace(family, name=f"{family.name}, packed", parameters=tuple(
+        dataclasses.replace(p, rank=PACKED_RANKS[p.name])
+        if isinstance(p, Tensor) and p.name in PACKED_RANKS else p for p in family.parameters))
 DQ_VARLEN = _varlen(DQ, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))
 
 

@@ -127,8 +127,9 @@ class ForwardPlan:
 
     def launch(self, q, k, v, out, lse, bounds: SequenceBounds, sinks=None) -> None:
         """The launch on these tensors (the shapes, strides, dtypes and device the plan was
-        made for; lse: a placeholder, ``unused_lse``, without with_lse), on the current
-        stream."""
+        made for, or for a packed batch the packed tensors themselves: ``packed`` in
+        steps/family.py; lse: a placeholder, ``unused_lse``, without with_lse), on the
+        current stream."""
         tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse,
                    "Sinks": sinks_argument(sinks, q.device),
                    **bounds.values()}

@@ -224,6 +224,30 @@ def test_variable_length_kernels_keep_warpgroup_mma_and_tma_loads_without_spills
     assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
 
 
+@pytest.mark.parametrize("head_dim,causal,write_lse", [(128, True, False), (64, False, True),
+                                                      (512, True, False)])
+def test_packed_tensors_viewed_in_the_kernel_keep_the_forwards_machine_code(head_dim, causal,
+                                                                             write_lse):
+    """A packed call without gradients passes its (tokens, heads, D) tensors as they are
+    and the kernel views them as one batch row (``Array.from_foreign``): the same TMA
+    loads, warpgroup products, registers and shared memory as on the host's views, and no
+    spill."""
+    options = dict(dtype="bfloat16", head_dim=head_dim, causal=causal, write_lse=write_lse,
+                   query_group=4)
+    rows, packed = (compile_varlen("fmha", "sm_90", packed_tensors=p, **options)
+                    for p in (False, True))
+
+    def profile(cubin):
+        code = sass(cubin)
+        return ({op: len(re.findall(op, code)) for op in ("UTMALDG", "UTMACCTL", "HGMMA")},
+                re.search(r"REG:\d+", resource_usage(cubin))[0],
+                re.search(r"SHARED:\d+", resource_usage(cubin))[0])
+
+    assert profile(packed) == profile(rows)
+    assert "STACK:0 " in resource_usage(packed) and not re.search(r"\b(STL|LDL)\b",
+                                                                    sass(packed))
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_variable_length_dkdv_makes_tensor_maps_only_for_the_tiles_it_loops_over(head_dim):
     """On a view the CTA writes each TMA load's tensor map itself (UTMACCTL.IV after it):
