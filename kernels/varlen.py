@@ -58,8 +58,8 @@ def sequence_view(X, sequence, start, length):
 
 def one_batch_row(X, RANK: ConstInt):
     """X as (batch rows, heads, rows[, D]) of rank RANK: X itself, or a packed
-    (tokens, heads[, D]) array of one rank less seen as its one batch row. The view made
-    here, not by the host, saves a packed call's launch a view per array."""
+    (tokens, heads[, D]) array of one rank less seen as its one batch row (made here, the
+    view costs the host nothing; an as_strided view per array cost each call 2 us)."""
     if X.ndim == RANK:
         return X
     if RANK == 4:
