@@ -313,6 +313,8 @@ def _tiled_head_dim_varlen_grid(values: dict) -> tuple[int, int, int]:
 FORWARD_TILED_HEAD_DIM_VARLEN = _varlen(FORWARD_TILED_HEAD_DIM, _tiled_head_dim_varlen_grid,
                                         extra_constants=("RESIDENT_QUERY",))
 DKDV_VARLEN = _varlen(DKDV, tiles_per_sequence("max_seqlen_k", "TILE_N", "K"))
+DQ_VARLEN = _varlen(DQ, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))
+
 # A packed batch's forward may pass its packed tensors themselves, one rank less: Q, K, V,
 # Out (tokens, heads, D), Lse (heads, tokens); the kernel sees them as one batch row.
 PACKED_RANKS = {"Q": 3, "K": 3, "V": 3, "Out": 3, "Lse": 2}
@@ -324,7 +326,6 @@ def packed(family: KernelFamily) -> KernelFamily:
     return dataclasses.replace(family, name=f"{family.name}, packed", parameters=tuple(
         dataclasses.replace(p, rank=PACKED_RANKS[p.name])
         if isinstance(p, Tensor) and p.name in PACKED_RANKS else p for p in family.parameters))
-DQ_VARLEN = _varlen(DQ, tiles_per_sequence("max_seqlen_q", "TILE_M", "Q"))
 
 
 # Decoding from a KV cache (kernels/decode.py). Q, Out: (batch, heads, q_len, D), Lse
