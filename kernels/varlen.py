@@ -59,15 +59,16 @@ def sequence_view(X, sequence, start, length):
 def one_batch_row(X, RANK: ConstInt):
     """X as (batch rows, heads, rows[, D]) of rank RANK: X itself, or a packed
     (tokens, heads[, D]) array of one rank less seen as its one batch row (made here, the
-    view costs the host nothing; an as_strided view per array cost each call 2 us)."""
+    view costs the host nothing; an as_strided view per array cost each call 2 us). The
+    batch axis has one row, so its stride is never used: X's own first stride, which the
+    host checked, stands for it (tokens x that stride could pass 32 bits)."""
     if X.ndim == RANK:
         return X
     if RANK == 4:
         return ct.Array.from_foreign(X.foreign_pointer, (1, X.shape[1], X.shape[0], X.shape[2]),
-                                     (X.shape[0] * X.strides[0], X.strides[1], X.strides[0],
-                                      X.strides[2]))
+                                     (X.strides[0], X.strides[1], X.strides[0], X.strides[2]))
     return ct.Array.from_foreign(X.foreign_pointer, (1, X.shape[0], X.shape[1]),
-                                 (X.shape[0] * X.strides[0], X.strides[0], X.strides[1]))
+                                 (X.strides[0], X.strides[0], X.strides[1]))
 
 
 def forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
