@@ -39,6 +39,12 @@ pytestmark = pytest.mark.skipif(
     reason="needs tileiras, cuobjdump and nvdisasm (pip install -e '.[dev]')")
 
 
+def assert_no_spills(usage: str, code: str) -> None:
+    """No stack frame in cuobjdump's resource usage and no local loads or stores in the
+    SASS."""
+    assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS + LARGE_HEAD_DIMS)
 def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim, causal):
@@ -174,7 +180,7 @@ def test_softcap_is_one_hardware_tanh_per_score_and_window_and_sinks_spill_nothi
                              write_lse=True)
     usage, code = resource_usage(cubin), sass(cubin)
     assert "MUFU.TANH" in code and "HGMMA" in code and "UTMALDG" in code
-    assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+    assert_no_spills(usage, code)
 
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])
@@ -198,7 +204,7 @@ def test_value_tiles_narrower_than_query_tiles_keep_warpgroup_mma_without_spills
                   *(compile_backward(name, "sm_90", **options) for name in ("dkdv", "dq"))):
         usage, code = resource_usage(cubin), sass(cubin)
         assert "HGMMA" in code and "UTMALDG" in code
-        assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+        assert_no_spills(usage, code)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -209,7 +215,7 @@ def test_fp8_forward_multiplies_in_float8_with_tma_loads_and_no_spills(head_dim)
     usage, code = resource_usage(cubin), sass(cubin)
     assert "QGMMA" in code and "E4M3.E4M3" in code and "HGMMA" not in code
     assert "UTMALDG" in code
-    assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+    assert_no_spills(usage, code)
 
 
 @pytest.mark.parametrize("name,causal", [("fmha", True), ("fmha", False), ("dkdv", True),
@@ -221,7 +227,7 @@ def test_variable_length_kernels_keep_warpgroup_mma_and_tma_loads_without_spills
                            write_lse=name == "fmha", query_group=4)
     usage, code = resource_usage(cubin), sass(cubin)
     assert "HGMMA" in code and "UTMALDG" in code
-    assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
+    assert_no_spills(usage, code)
 
 
 @pytest.mark.parametrize("head_dim,causal,write_lse", [(128, True, False), (64, False, True),
@@ -244,8 +250,7 @@ def test_packed_tensors_viewed_in_the_kernel_keep_the_forwards_machine_code(head
                 re.search(r"SHARED:\d+", resource_usage(cubin))[0])
 
     assert profile(packed) == profile(rows)
-    assert "STACK:0 " in resource_usage(packed) and not re.search(r"\b(STL|LDL)\b",
-                                                                    sass(packed))
+    assert_no_spills(resource_usage(packed), sass(packed))
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
