@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import math
+import statistics
 import sys
 
 import torch
@@ -28,6 +29,7 @@ from cutile_fmha.assets import measure
 
 # HBM peak per device name, bytes/s (vendor figures).
 HBM_PEAK = {"H100 80GB HBM3": 3.35e12, "H100": 3.35e12, "H200": 4.8e12}
+HOST_ROUNDS = 9  # --host-time: rounds of 300 calls per entry point, in turns
 
 
 def hbm_peak(name: str) -> float | None:
@@ -114,22 +116,17 @@ def time_case(args, heads, batch, cache, layout, block_size, fa4):
 
 
 def host_microseconds(fn, calls: int = 300) -> float:
-    """Host time per call: `calls` calls issued back to back (the GPU keeps up with tiny
-    problems, so the host is what is timed), after warm-up; median of 5 rounds."""
-    import statistics
+    """Host time per call of one round: `calls` calls issued back to back (the GPU keeps up
+    with tiny problems, so the host is what is timed), then a synchronisation."""
     import time
 
-    for _ in range(20):
-        fn()
     torch.cuda.synchronize()
-    rounds = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        rounds.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(rounds)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    seconds = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return seconds / calls * 1e6
 
 
 def host_times(args) -> list[dict]:
@@ -154,15 +151,22 @@ def host_times(args) -> list[dict]:
         if q_len * heads // kv_heads <= 128:
             calls["attention_with_kvcache()"] = lambda: attention_with_kvcache(
                 query, keys, values, lengths, is_causal=False)
+        for fn in calls.values():  # compiles and plans, then warms the host path
+            for _ in range(20):
+                fn()
+        # Rotating rounds, median: a host's speed drifts by several microseconds a call
+        # over seconds, and no entry point should always be timed in the same stretch.
+        timings = measure.time_in_rounds(list(calls.values()), HOST_ROUNDS, host_microseconds)
         rows.append({"q_len": q_len, "k_len": keys_len, **{
-            f"{name} us": round(host_microseconds(fn), 1) for name, fn in calls.items()}})
+            f"{name} us": round(statistics.median(times), 1)
+            for name, times in zip(calls, timings)}})
     return rows
 
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    if (problem := measure.gpu_problem("The decode benchmark needs")):
+        print(problem, file=sys.stderr)
         return 1
     if args.host_time:
         rows = host_times(args)

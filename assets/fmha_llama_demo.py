@@ -18,6 +18,8 @@ downloaded), registers cuTile FMHA as ``attn_implementation="cutile_fmha"``, and
 5. generate(): greedy decoding of --new-tokens after the left-padded prompts, each
    model's time and how many tokens agree; where they differ, the first differing token
    must be a near-tie in SDPA's logits (within --logit-tolerance of the best).
+Each time is the median of rounds in which the two models take turns, each round starting
+with the other (--rounds for 1, 2 and 5; a training step per round for 3 and 4).
 Exits non-zero when logits differ by more than --logit-tolerance (relative to the largest
 logit), the loss does not go down, or generate() differs other than at a near-tie.
 
@@ -58,7 +60,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=measure.positive_int, default=32000)
     parser.add_argument("--batch", type=measure.positive_int, default=4)
     parser.add_argument("--seq-len", type=measure.positive_int, default=2048)
-    parser.add_argument("--train-steps", type=measure.positive_int, default=8)
+    parser.add_argument("--train-steps", type=measure.positive_int, default=8,
+                        help="AdamW steps per model: one warm-up, then one per round")
+    parser.add_argument("--rounds", type=measure.positive_int, default=5,
+                        help="rounds of the prefill and generate() timings")
     parser.add_argument("--new-tokens", type=measure.positive_int, default=32,
                         help="tokens generate() adds after the left-padded prompts")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(measure.DTYPES))
@@ -130,21 +135,24 @@ def build_models(args, device, dtype):
     return ours.to(device=device, dtype=dtype), reference.to(device=device, dtype=dtype)
 
 
-def seconds(fn, device, repeats: int = 3) -> float:
-    """Median wall seconds of `fn()`, after one warm-up call."""
+def seconds_in_turns(fns: dict, device, rounds: int = 3) -> dict:
+    """Wall seconds of each of `fns` (name -> fn) per round, after one warm-up call each:
+    timed in rotating rounds (``measure.time_in_rounds``), so that neither model always
+    runs first, on a cooler GPU; the report takes the median of the rounds."""
+    def wall_seconds(fn) -> float:
+        synchronize()
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        return time.perf_counter() - start
+
     def synchronize():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    fn()
-    synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    for fn in fns.values():
         fn()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return dict(zip(fns, measure.time_in_rounds(list(fns.values()), rounds, wall_seconds)))
 
 
 def trainer(model, **batch):
@@ -167,14 +175,17 @@ def trainer(model, **batch):
     return step, losses
 
 
-def train(model, steps: int, device, **batch) -> tuple[list[float], float]:
-    """(loss per step, real tokens per second) of `steps` AdamW steps on one batch (see
-    ``trainer``)."""
-    step, losses = trainer(model, **batch)
-    step_seconds = seconds(step, device, repeats=steps - 1)  # the first step warms up
+def train(models, steps: int, device, **batch) -> dict:
+    """Per model (name -> model), (loss per step, real tokens per second of each timed
+    step) of `steps` AdamW steps on one batch (see ``trainer``): the first step of each
+    warms up, then the models take their steps in rotating rounds."""
+    trainers = {name: trainer(model, **batch) for name, model in models}
+    step_seconds = seconds_in_turns({name: step for name, (step, _) in trainers.items()},
+                                    device, rounds=steps - 1)
     mask = batch.get("attention_mask")
     real_tokens = batch["input_ids"].numel() if mask is None else int(mask.sum())
-    return losses, real_tokens / step_seconds
+    return {name: (losses, [real_tokens / seconds for seconds in step_seconds[name]])
+            for name, (_, losses) in trainers.items()}
 
 
 def random_tokens(args, device) -> torch.Tensor:
@@ -268,16 +279,18 @@ def run(args, device, dtype: torch.dtype | None = None) -> dict:
     real = mask.bool()
     with torch.no_grad():
         logits = {name: model.eval()(tokens).logits.float() for name, model in models}
-        prefill = {name: seconds(lambda model=model: model(tokens), device)
-                   for name, model in models}
+        prefill = seconds_in_turns({name: lambda model=model: model(tokens)
+                                    for name, model in models}, device, args.rounds)
         padded_logits = {name: model(padded, attention_mask=mask).logits.float()[real]
                          for name, model in models}
-        padded_prefill = {name: seconds(lambda model=model: model(padded, attention_mask=mask),
-                                        device) for name, model in models}
+        padded_prefill = seconds_in_turns(
+            {name: lambda model=model: model(padded, attention_mask=mask)
+             for name, model in models}, device, args.rounds)
         generations = {name: generate(model, padded, mask, args.new_tokens)
                        for name, model in models}
-        generate_seconds = {name: seconds(lambda model=model: generate(
-            model, padded, mask, args.new_tokens), device) for name, model in models}
+        generate_seconds = seconds_in_turns(
+            {name: lambda model=model: generate(model, padded, mask, args.new_tokens)
+             for name, model in models}, device, args.rounds)
     result = {
         "reference": reference,
         "max_logit_difference": (logits[OURS] - logits[reference]).abs().max().item(),
@@ -289,10 +302,8 @@ def run(args, device, dtype: torch.dtype | None = None) -> dict:
         "generate_seconds": generate_seconds,
         "generate": compare_generations(generations[OURS], generations[reference],
                                         args.seq_len, args.logit_tolerance)}
-    training = {name: train(model, args.train_steps, device, input_ids=tokens)
-                for name, model in models}
-    packed_training = {name: train(model, args.train_steps, device, **packed(padded, mask))
-                       for name, model in models}
+    training = train(models, args.train_steps, device, input_ids=tokens)
+    packed_training = train(models, args.train_steps, device, **packed(padded, mask))
     return result | {
         "losses": {name: losses for name, (losses, _) in training.items()},
         "train_tokens_per_second": {name: rate for name, (_, rate) in training.items()},
@@ -310,6 +321,21 @@ def describe_model(args) -> str:
             f"{args.seq_len} tokens, {args.dtype}")
 
 
+def timing_lines(rounds: dict, reference: str, label: str = "", unit: str = "ms") -> list[str]:
+    """Each model's median over its rounds (name -> seconds per round, or with a rate
+    `unit` the rate per round) and their range, then ours as a multiple of the reference's
+    speed (above 1: ours is faster)."""
+    def shown(value: float) -> str:
+        return f"{value * 1e3:.1f}" if unit == "ms" else f"{value:,.0f}"
+
+    medians = {name: statistics.median(values) for name, values in rounds.items()}
+    lines = [f"  {name}: {label}{shown(medians[name])} {unit} (rounds {shown(min(values))}"
+             f" to {shown(max(values))})" for name, values in rounds.items()]
+    speed = medians[OURS] / medians[reference]
+    speed = speed if unit != "ms" else 1 / speed
+    return lines + [f"  {OURS} at {speed:.3f}x {reference}'s speed"]
+
+
 def report(result: dict, args) -> tuple[str, bool]:
     reference = result["reference"]
     relative = result["max_logit_difference"] / result["largest_logit"]
@@ -323,32 +349,28 @@ def report(result: dict, args) -> tuple[str, bool]:
         f"prefill: largest logit difference {result['max_logit_difference']:.3e} "
         f"({relative:.2e} of the largest logit; tolerance {args.logit_tolerance:.0e})",
     ]
-    lines += [f"  {name}: prefill {seconds_ * 1e3:.1f} ms"
-              for name, seconds_ in result["prefill_seconds"].items()]
+    lines += timing_lines(result["prefill_seconds"], reference, "prefill ")
     lines.append(f"padded prefill (left padding): largest logit difference on real tokens "
                  f"{result['padded_logit_difference']:.3e} ({padded_relative:.2e})")
-    lines += [f"  {name}: padded prefill {seconds_ * 1e3:.1f} ms"
-              for name, seconds_ in result["padded_prefill_seconds"].items()]
+    lines += timing_lines(result["padded_prefill_seconds"], reference, "padded prefill ")
     losses, packed_losses = result["losses"][OURS], result["packed_losses"][OURS]
     checks |= {"training loss": losses[-1] < losses[0],
                "packed training loss": packed_losses[-1] < packed_losses[0]}
     lines.append(f"training, loss per step ({OURS}): "
                  + " ".join(f"{loss:.3f}" for loss in losses))
-    lines += [f"  {name}: {rate:,.0f} tokens/s"
-              for name, rate in result["train_tokens_per_second"].items()]
+    lines += timing_lines(result["train_tokens_per_second"], reference, unit="tokens/s")
     lines.append(f"packed training (no padding), loss per step ({OURS}): "
                  + " ".join(f"{loss:.3f}" for loss in packed_losses)
                  + f"; {reference}'s first loss {result['packed_losses'][reference][0]:.3f}")
-    lines += [f"  {name}: {rate:,.0f} real tokens/s"
-              for name, rate in result["packed_tokens_per_second"].items()]
+    lines += timing_lines(result["packed_tokens_per_second"], reference,
+                          unit="real tokens/s")
     lines.append(f"generate() of {args.new_tokens} tokens after the left-padded prompts: "
                  f"{generated['agreeing']}/{generated['tokens']} tokens agree with "
                  f"{reference}'s"
                  + (f"; {generated['rows_differing']} rows differ, from "
                     + ("a near-tie each" if generated["all_near_ties"] else "NOT only near-ties")
                     if generated["rows_differing"] else ""))
-    lines += [f"  {name}: {seconds_ * 1e3:.1f} ms"
-              for name, seconds_ in result["generate_seconds"].items()]
+    lines += timing_lines(result["generate_seconds"], reference)
     failed = [name for name, ok in checks.items() if not ok]
     lines.append("OK" if not failed else f"FAILED: {', '.join(failed)}")
     return "\n".join(lines), not failed

@@ -21,7 +21,7 @@ SCRIPTS = ["assets/fmha_optimization_tutorial.py", "assets/fmha_scaling_analysis
            "assets/fmha_autotune.py", "assets/fmha_backward_benchmark.py",
            "assets/fmha_llama_demo.py", "assets/fmha_varlen_benchmark.py",
            "assets/fmha_fp8_benchmark.py", "assets/fmha_variants_benchmark.py",
-           "assets/fmha_context_parallel_benchmark.py"]
+           "assets/fmha_context_parallel_benchmark.py", "assets/fmha_decode_benchmark.py"]
 
 
 def test_tutorial_defaults_are_the_guides_configuration():

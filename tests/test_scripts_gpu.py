@@ -89,13 +89,33 @@ def test_varlen_benchmark_end_to_end(tmp_path):
     assert len(ours) == 4 and all(r["tflops"] > 0 and r["vs_dense"] > 0 for r in ours)
 
 
+def test_decode_benchmark_end_to_end(tmp_path, capsys):
+    from cutile_fmha.assets import fmha_decode_benchmark as decode
+
+    path = tmp_path / "decode.json"
+    assert decode.main(["--batch", "2", "--cache", "1000", "--heads", "32",
+                        "--block-sizes", "64", "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())["rows"]
+    assert [row["layout"] for row in rows] == ["dense", "ragged", "paged 64"]
+    assert all(row["ours us"] > 0 and row["ours GB/s"] > 0 for row in rows)
+    assert rows[0]["cuDNN us"] > 0 and rows[0]["ours / cuDNN time"] > 0
+    capsys.readouterr()
+    assert decode.main(["--host-time", "--heads", "32"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("SDPA us", "attention() us", "attention_varlen() us",
+                 "attention_with_kvcache() us"):
+        assert name in printed
+    table = [line for line in printed.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 5  # header, rule, a row per q_len (1 to 128)
+
+
 def test_llama_demo_end_to_end(capsys, kernel_calls):
     pytest.importorskip("transformers")
     from cutile_fmha.assets import fmha_llama_demo as demo
 
     status = demo.main(["--layers", "2", "--hidden-size", "512", "--heads", "4", "--kv-heads",
                         "2", "--vocab-size", "512", "--batch", "2", "--seq-len", "300",
-                        "--train-steps", "4", "--new-tokens", "3"])
+                        "--train-steps", "4", "--new-tokens", "3", "--rounds", "3"])
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert "tokens/s" in printed and printed.rstrip().endswith("OK")

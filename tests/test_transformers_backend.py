@@ -309,7 +309,7 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
     args = demo.parse_args(["--layers", "1", "--hidden-size", "256", "--heads", "4",
                             "--kv-heads", "2", "--vocab-size", "64", "--batch", "2",
                             "--seq-len", "40", "--train-steps", "4", "--new-tokens", "3",
-                            "--dtype", "float16"])
+                            "--dtype", "float16", "--rounds", "3"])
     # float32: what the kernels' CPU stand-in computes in; on the GPU the demo runs fp16/bf16
     result = demo.run(args, torch.device("cpu"), dtype=torch.float32)
     text, ok = demo.report(result, args)
@@ -317,7 +317,8 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
     assert result["max_logit_difference"] < 1e-4 and result["padded_logit_difference"] < 1e-4
     assert len(result["losses"]["cutile_fmha"]) == len(result["packed_losses"][SDPA_NAME]) == 4
     assert result["generate"]["agreeing"] == result["generate"]["tokens"] == 2 * 3
-    # one layer. Dense: prefill once for the logits and 4 times timed, 4 training steps.
+    # one layer. Dense: prefill once for the logits and 4 times timed (a warm-up, then 3
+    # rounds), 4 training steps.
     # Variable length: the padded prefill once and 4 times timed, generate()'s prefill five
     # times (once compared, 4 times timed), 4 packed training steps. Decode: generate()'s 2
     # decoding steps, five times.
