@@ -10,6 +10,7 @@ can be captured in a CUDA graph.
 
 import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import cuda.tile as ct
 import torch
@@ -70,7 +71,7 @@ class DecodePlan:
     # The merge launched programmatically (sm_90 and later): its CTAs start while the
     # splits run and wait on the GPU for them (kernels/decode.py), with no launch gap.
     early_merge: bool = False
-    split_buffers: dict = field(default_factory=dict)  # stream -> (partial, partial_lse)
+    arrays_by_stream: dict = field(default_factory=dict)  # stream -> StreamArrays
     settings_by_scale: dict = field(default_factory=dict)  # softmax scale -> settings
 
     @functools.cached_property
@@ -86,18 +87,35 @@ class DecodePlan:
             self.settings_by_scale[scale] = settings
         return settings
 
-    def buffers(self, stream: int, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The float32 split buffers of launches on `stream`: kept (see ``kept``), since
-        launches on one stream run one after the other."""
-        if self.split_buffer_shape is None:
-            return _placeholder(self.device, 5, torch.float32, keep), \
-                _placeholder(self.device, 4, torch.float32, keep)
-
+    def arrays(self, stream: int, keep: bool) -> "StreamArrays":
+        """The arrays of launches on `stream` that are not the call's own: the split
+        buffers and the placeholders, kept (see ``kept``) since launches on one stream run
+        one after the other; one lookup, as a decoding step calls this per layer and token."""
         def make():
-            partial = torch.empty(self.split_buffer_shape, dtype=torch.float32,
-                                  device=self.device)
-            return partial, partial[..., 0].clone()
-        return kept(self.split_buffers, stream, make, keep)
+            def unused(rank: int, dtype: torch.dtype) -> torch.Tensor:
+                return torch.empty((1,) * rank, dtype=dtype, device=self.device)
+            if self.split_buffer_shape is None:
+                partial, partial_lse = unused(5, torch.float32), unused(4, torch.float32)
+            else:
+                partial = torch.empty(self.split_buffer_shape, dtype=torch.float32,
+                                      device=self.device)
+                partial_lse = partial[..., 0].clone()
+            return StreamArrays(partial, partial_lse, lse=unused(3, torch.float32),
+                                lengths=unused(1, torch.int32),
+                                block_table=unused(2, torch.int32),
+                                sinks=unused(1, torch.float32))
+        return kept(self.arrays_by_stream, stream, make, keep)
+
+
+class StreamArrays(NamedTuple):
+    """A plan's float32 split buffers (placeholders without a split) and the placeholders
+    of the arrays a launch does not touch (its constants say so): one element each."""
+    partial: torch.Tensor
+    partial_lse: torch.Tensor
+    lse: torch.Tensor
+    lengths: torch.Tensor
+    block_table: torch.Tensor
+    sinks: torch.Tensor
 
 
 def kept(cache: dict, key, make, keep: bool):
@@ -153,16 +171,6 @@ def _cached_plan(shape: DecodeShape, device: torch.device,
                        early_merge=torch.cuda.get_device_capability(device) >= (9, 0))
 
 
-_PLACEHOLDERS: dict[tuple, torch.Tensor] = {}
-
-
-def _placeholder(device: torch.device, rank: int, dtype: torch.dtype,
-                 keep: bool) -> torch.Tensor:
-    """An argument a launch never touches (the constants say so): one element."""
-    return kept(_PLACEHOLDERS, (device, rank, dtype),
-                lambda: torch.empty((1,) * rank, dtype=dtype, device=device), keep)
-
-
 def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: float,
                    key_starts=None, key_ends=None, block_table=None, sinks=None,
                    launch: DecodeLaunch | None = None, keep_buffers: bool = True):
@@ -175,20 +183,17 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
     device = q.device
     plan = _cached_plan(shape, device, launch)
     stream = current_stream(device)
+    arrays = plan.arrays(stream, keep_buffers)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if shape.write_lse \
-        else _placeholder(device, 3, torch.float32, keep_buffers)
-    partial, partial_lse = plan.buffers(stream, keep_buffers)
-    lengths = _placeholder(device, 1, torch.int32, keep_buffers)
-    if block_table is None:
-        block_table = _placeholder(device, 2, torch.int32, keep_buffers)
+        else arrays.lse
+    partial, partial_lse = arrays.partial, arrays.partial_lse
     tensors = {"Q": q, "K": key_cache, "V": value_cache, "Out": out, "Lse": lse,
                "Partial": partial, "PartialLse": partial_lse,
-               "KeyStarts": lengths if key_starts is None else key_starts,
-               "KeyEnds": lengths if key_ends is None else key_ends,
-               "BlockTable": block_table,
-               "Sinks": _placeholder(device, 1, torch.float32, keep_buffers) if sinks is None
-               else sinks.float()}
+               "KeyStarts": arrays.lengths if key_starts is None else key_starts,
+               "KeyEnds": arrays.lengths if key_ends is None else key_ends,
+               "BlockTable": arrays.block_table if block_table is None else block_table,
+               "Sinks": arrays.sinks if sinks is None else sinks.float()}
     ct.launch(stream, plan.grid, plan.kernel, DECODE.tensors(tensors) + plan.settings(scale))
     if plan.split_buffer_shape is not None:
         merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse}
