@@ -24,7 +24,8 @@ sinks need none: the LSE holds their terms, and their gradient is a sum over row
 outside): with SOFTCAP the scores are rebuilt through the same tanh t and dS gets the
 tanh's derivative, 1 - t^2; with WINDOW the loops skip the tile pairs outside every
 row's window, as the forward does, and mask those across its edges. Off, the code is not
-there (tests/test_machine_code.py).
+there (tests/test_machine_code.py). So with TILE_D_TAIL: a head dim such as 96 or 192 runs
+Q's and K's columns as two tiles (64 + 32, 128 + 64), the forward's split, not padded.
 """
 
 import cuda.tile as ct
@@ -35,10 +36,11 @@ from .step9_unmasked_loop import key_tile_ranges, score_factors
 ZERO = ct.PaddingMode.ZERO
 
 
-def load_query_tile(X, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt):
-    """Rows q_tile * TILE_M.. of a (batch, heads, q_len, D) tensor as (TILE_M, D), zero past
-    the last query."""
-    return ct.load(X, index=(batch, head, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
+def load_query_tile(X, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt,
+                    column_tile=0):
+    """Rows q_tile * TILE_M.. of a (batch, heads, q_len, D) tensor as (TILE_M, TILE_D), its
+    columns' tile `column_tile` of TILE_D, zero past the last query."""
+    return ct.load(X, index=(batch, head, q_tile, column_tile), shape=(1, 1, TILE_M, TILE_D),
                    padding_mode=ZERO).reshape((TILE_M, TILE_D))
 
 
@@ -89,29 +91,36 @@ def load_query_values(X, batch, head, q_tile, TILE_M: ConstInt):
 
 
 def load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt,
-              TILE_DV: ConstInt):
-    """A query tile's Q (TILE_M, TILE_D) and dO (TILE_M, TILE_DV), and its LSE in base 2
-    and Delta (TILE_M,)."""
-    return (load_query_tile(Q, batch, head, q_tile, TILE_M, TILE_D),
-            load_query_tile(dO, batch, head, q_tile, TILE_M, TILE_DV),
+              TILE_D_TAIL: ConstInt, TILE_DV: ConstInt):
+    """A query tile's Q (TILE_M, TILE_D), Q's TILE_D_TAIL columns past those (q_tail; Q's
+    tile again, unused, without them), dO (TILE_M, TILE_DV), and its LSE in base 2 and
+    Delta (TILE_M,)."""
+    q = load_query_tile(Q, batch, head, q_tile, TILE_M, TILE_D)
+    q_tail = q
+    if TILE_D_TAIL > 0:
+        q_tail = load_query_tile(Q, batch, head, q_tile, TILE_M, TILE_D_TAIL,
+                                 TILE_D // TILE_D_TAIL)
+    return (q, q_tail, load_query_tile(dO, batch, head, q_tile, TILE_M, TILE_DV),
             load_query_values(Lse, batch, head, q_tile, TILE_M) * INV_LOG_2,
             load_query_values(Delta, batch, head, q_tile, TILE_M))
 
 
 def load_keys(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt,
-              TRANSPOSED: ConstBool, BY_TMA: ConstBool = True):
-    """A K or V tile, (TILE_N, D) or with TRANSPOSED (D, TILE_N), zero past the last key;
-    untransposed and not BY_TMA, by plain loads (see dkdv_key_tile)."""
+              TRANSPOSED: ConstBool, BY_TMA: ConstBool = True, column_tile=0):
+    """A K or V tile, (TILE_N, TILE_D) or with TRANSPOSED (TILE_D, TILE_N), its columns'
+    tile `column_tile` of TILE_D, zero past the last key; untransposed and not BY_TMA, by
+    plain loads (see dkdv_key_tile)."""
     if TRANSPOSED:
-        return ct.load(X, index=(batch, kv_head, 0, k_tile), shape=(1, 1, TILE_D, TILE_N),
-                       order=(0, 1, 3, 2), padding_mode=ZERO).reshape((TILE_D, TILE_N))
-    return ct.load(X, index=(batch, kv_head, k_tile, 0), shape=(1, 1, TILE_N, TILE_D),
+        return ct.load(X, index=(batch, kv_head, column_tile, k_tile),
+                       shape=(1, 1, TILE_D, TILE_N), order=(0, 1, 3, 2),
+                       padding_mode=ZERO).reshape((TILE_D, TILE_N))
+    return ct.load(X, index=(batch, kv_head, k_tile, column_tile), shape=(1, 1, TILE_N, TILE_D),
                    padding_mode=ZERO, allow_tma=BY_TMA).reshape((TILE_N, TILE_D))
 
 
-def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, batch, kv_head,
-                    keys, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
-                    TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+def accumulate_dkdv(Q, dO, Lse, Delta, k, k_tail, v, dk, dk_tail, dv, first_q_tile, end_q_tile,
+                    batch, kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
+                    TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                     QUERY_GROUP: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool,
                     SOFTCAP: ConstBool, tanh_scale,
                     WINDOW: ConstBool, window_left, window_right):
@@ -119,14 +128,17 @@ def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, b
     into one key tile's dK and dV, as one flat loop over (head, query tile): a loop per
     head inside a loop over the group ran 2.8x slower with four heads to a group.
     The tiles are keys x queries (S^T = K Q^T), so P^T and dS^T go into the dV and dK
-    products as they come out of the MMA, with no transpose."""
+    products as they come out of the MMA, with no transpose. With TILE_D_TAIL, K's and Q's
+    columns past TILE_D (k_tail) are products of their own, into dk_tail."""
     tiles_per_head = end_q_tile - first_q_tile
     for step in range(QUERY_GROUP * tiles_per_head):
         head = kv_head * QUERY_GROUP + step // tiles_per_head
         q_tile = first_q_tile + step % tiles_per_head
-        q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D,
-                                           TILE_DV)
+        q, q_tail, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile,
+                                                   TILE_M, TILE_D, TILE_D_TAIL, TILE_DV)
         scores_t = ct.mma(k, ct.transpose(q), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
+        if TILE_D_TAIL > 0:
+            scores_t = ct.mma(k_tail, ct.transpose(q_tail), scores_t)
         dp_t = ct.mma(v, ct.transpose(do), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
         rows = (q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32))[None, :]
         p_t, ds_t = probabilities_and_ds(scores_t, dp_t, lse_log2[None, :], delta[None, :], rows,
@@ -134,20 +146,23 @@ def accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first_q_tile, end_q_tile, b
                                          SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
         dv = ct.mma(p_t.astype(Q.dtype), do, dv)
         dk = ct.mma(ds_t.astype(Q.dtype), q, dk)
-    return dk, dv
+        if TILE_D_TAIL > 0:
+            dk_tail = ct.mma(ds_t.astype(Q.dtype), q_tail, dk_tail)
+    return dk, dk_tail, dv
 
 
 @ct.kernel
 def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int, softcap: float,
-         window_left: int, window_right: int, TILE_D: ConstInt, TILE_DV: ConstInt,
-         TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
-         SOFTCAP: ConstBool, WINDOW: ConstBool):
+         window_left: int, window_right: int, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
+         TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+         CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
     k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # key tile 0 sees the most queries: tile by tile over heads, longest first
-        k_tile, kv_head, batch = tile_major(Q.shape[2] * (TILE_D + TILE_DV) * 2 * QUERY_GROUP)
+        k_tile, kv_head, batch = tile_major(
+            Q.shape[2] * (TILE_D + TILE_D_TAIL + TILE_DV) * 2 * QUERY_GROUP)
     dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
-                  query_offset, TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP,
-                  softcap, WINDOW, window_left, window_right)
+                  query_offset, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
+                  CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right)
 
 
 def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: ConstInt,
@@ -176,14 +191,16 @@ def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: Co
 
 
 def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
-                  query_offset, TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
-                  TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
+                  query_offset, TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
+                  TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
                   SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right,
                   KEYS_BY_TMA: ConstBool = True):
     """One key tile of one K/V head: its rows of dK and dV, from every query that sees it
     (the variable-length kernel runs it on views of one sequence). Not KEYS_BY_TMA, the
     key tile, read once, comes by plain loads: on a view the CTA writes each TMA load's
-    tensor map itself, and two fewer made the variable-length dK/dV 3% faster at D=64."""
+    tensor map itself, and two fewer made the variable-length dK/dV 3% faster at D=64.
+    TILE_D_TAIL: Q's and K's columns past TILE_D as products of their own (0: none), as in
+    the forward (step 9's ``attend_query_tile``): D=96 runs 64 + 32 columns, not 128."""
     q_len, k_len = Q.shape[2], K.shape[2]
     k_start = k_tile * TILE_N
     keys = (k_start + ct.arange(TILE_N, dtype=ct.int32))[:, None]
@@ -192,90 +209,107 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_sc
     v = load_keys(V, batch, kv_head, k_tile, TILE_DV, TILE_N, False, KEYS_BY_TMA)
     dk = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
     dv = ct.full((TILE_N, TILE_DV), 0.0, dtype=ct.float32)
+    k_tail, dk_tail = k, dk  # unused without TILE_D_TAIL
+    if TILE_D_TAIL > 0:
+        k_tail = load_keys(K, batch, kv_head, k_tile, TILE_D_TAIL, TILE_N, False, KEYS_BY_TMA,
+                           TILE_D // TILE_D_TAIL)
+        dk_tail = ct.full((TILE_N, TILE_D_TAIL), 0.0, dtype=ct.float32)
     # Grouped-query heads sum into one dK and dV.
     first, whole_start, whole_end, end = query_tile_ranges(
         k_start, q_len, query_offset, TILE_M, TILE_N, CAUSAL, WINDOW, window_left, window_right)
+    inputs = (Q, dO, Lse, Delta, k, k_tail, v)
+    where = (batch, kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D, TILE_D_TAIL,
+             TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+    variants = (SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+    grads = (dk, dk_tail, dv)
     if CAUSAL or WINDOW:
-        dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, first, whole_start, batch,
-                                 kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
-                                 TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP,
-                                 tanh_scale, WINDOW, window_left, window_right)
-    dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, whole_start, whole_end, batch,
-                             kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D, TILE_DV,
-                             TILE_M, TILE_N, QUERY_GROUP, CAUSAL, False, SOFTCAP, tanh_scale,
-                             WINDOW, window_left, window_right)
+        grads = accumulate_dkdv(*inputs, *grads, first, whole_start, *where, True, *variants)
+    grads = accumulate_dkdv(*inputs, *grads, whole_start, whole_end, *where, False, *variants)
     if WINDOW:  # the query tiles across the window's lower edge
-        dk, dv = accumulate_dkdv(Q, dO, Lse, Delta, k, v, dk, dv, whole_end, end, batch,
-                                 kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D,
-                                 TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, True, SOFTCAP,
-                                 tanh_scale, WINDOW, window_left, window_right)
+        grads = accumulate_dkdv(*inputs, *grads, whole_end, end, *where, True, *variants)
+    dk, dk_tail, dv = grads
     ct.store(dK, index=(batch, kv_head, k_tile, 0),
              tile=(dk * qk_scale).reshape((1, 1, TILE_N, TILE_D)).astype(dK.dtype))
+    if TILE_D_TAIL > 0:
+        ct.store(dK, index=(batch, kv_head, k_tile, TILE_D // TILE_D_TAIL),
+                 tile=(dk_tail * qk_scale).reshape((1, 1, TILE_N, TILE_D_TAIL)).astype(dK.dtype))
     ct.store(dV, index=(batch, kv_head, k_tile, 0),
              tile=dv.reshape((1, 1, TILE_N, TILE_DV)).astype(dV.dtype))
 
 
-def accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq, first_k_tile, end_k_tile, batch,
-                  kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
-                  TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
-                  MASKED: ConstBool, SOFTCAP: ConstBool, tanh_scale, WINDOW: ConstBool,
-                  window_left, window_right):
-    """Key tiles first_k_tile..end_k_tile-1 into one query tile's dQ."""
+def accumulate_dq(Q, K, V, q, q_tail, do, lse_log2, delta, dq, dq_tail, first_k_tile,
+                  end_k_tile, batch, kv_head, rows, k_len, qk_scale_log2, query_offset,
+                  TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
+                  TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool, SOFTCAP: ConstBool,
+                  tanh_scale, WINDOW: ConstBool, window_left, window_right):
+    """Key tiles first_k_tile..end_k_tile-1 into one query tile's dQ (with TILE_D_TAIL, its
+    columns past TILE_D into dq_tail)."""
     for k_tile in range(first_k_tile, end_k_tile):
         k_t = load_keys(K, batch, kv_head, k_tile, TILE_D, TILE_N, True)
         v_t = load_keys(V, batch, kv_head, k_tile, TILE_DV, TILE_N, True)
         scores = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+        if TILE_D_TAIL > 0:
+            k_t_tail = load_keys(K, batch, kv_head, k_tile, TILE_D_TAIL, TILE_N, True,
+                                 column_tile=TILE_D // TILE_D_TAIL)
+            scores = ct.mma(q_tail, k_t_tail, scores)
         dp = ct.mma(do, v_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
         keys = (k_tile * TILE_N + ct.arange(TILE_N, dtype=ct.int32))[None, :]
         _, ds = probabilities_and_ds(scores, dp, lse_log2, delta, rows, keys, k_len,
                                      qk_scale_log2, query_offset, CAUSAL, MASKED, SOFTCAP,
                                      tanh_scale, WINDOW, window_left, window_right)
         dq = ct.mma(ds.astype(Q.dtype), ct.transpose(k_t), dq)
-    return dq
+        if TILE_D_TAIL > 0:
+            dq_tail = ct.mma(ds.astype(Q.dtype), ct.transpose(k_t_tail), dq_tail)
+    return dq, dq_tail
 
 
 @ct.kernel
 def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int, softcap: float,
-       window_left: int, window_right: int, TILE_D: ConstInt, TILE_DV: ConstInt,
-       TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
-       SOFTCAP: ConstBool, WINDOW: ConstBool):
+       window_left: int, window_right: int, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
+       TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+       CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # as in the forward's step 8
-        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_DV, QUERY_GROUP)
+        q_tile, head, batch = query_tiles_longest_first(K, TILE_D + TILE_D_TAIL, TILE_DV,
+                                                        QUERY_GROUP)
     dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
-                  TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap, WINDOW,
-                  window_left, window_right)
+                  TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP,
+                  softcap, WINDOW, window_left, window_right)
 
 
 def dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
-                  TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                  QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, softcap,
-                  WINDOW: ConstBool, window_left, window_right):
+                  TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
+                  TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
+                  SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right):
     """One query tile of one head: its rows of dQ, from every key it sees (the key tiles
-    the forward's step 9 visits, masked where it masks)."""
+    the forward's step 9 visits, masked where it masks); TILE_D_TAIL as in dkdv_key_tile."""
     kv_head = head // QUERY_GROUP
     q_start, k_len = q_tile * TILE_M, K.shape[2]
     rows = (q_start + ct.arange(TILE_M, dtype=ct.int32))[:, None]
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
-    q, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M, TILE_D,
-                                       TILE_DV)
+    q, q_tail, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M,
+                                               TILE_D, TILE_D_TAIL, TILE_DV)
     lse_log2, delta = lse_log2[:, None], delta[:, None]
     dq_acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
+    dq_tail = dq_acc  # unused without TILE_D_TAIL
+    if TILE_D_TAIL > 0:
+        dq_tail = ct.full((TILE_M, TILE_D_TAIL), 0.0, dtype=ct.float32)
     first, whole_start, mask_start, end = key_tile_ranges(
         q_start, q_start + TILE_M, k_len, query_offset, TILE_N, CAUSAL, WINDOW, window_left,
         window_right)
+    inputs = (Q, K, V, q, q_tail, do, lse_log2, delta)
+    where = (batch, kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D, TILE_D_TAIL,
+             TILE_DV, TILE_M, TILE_N, CAUSAL)
+    variants = (SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+    grads = (dq_acc, dq_tail)
     if WINDOW:  # the key tiles across the window's lower edge
-        dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, first, whole_start,
-                               batch, kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D,
-                               TILE_DV, TILE_M, TILE_N, CAUSAL, True, SOFTCAP, tanh_scale,
-                               WINDOW, window_left, window_right)
-    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc, whole_start, mask_start,
-                           batch, kv_head, rows, k_len, qk_scale_log2, query_offset, TILE_D,
-                           TILE_DV, TILE_M, TILE_N, CAUSAL, False, SOFTCAP, tanh_scale,
-                           WINDOW, window_left, window_right)
-    dq_acc = accumulate_dq(Q, K, V, q, do, lse_log2, delta, dq_acc,
-                           max(mask_start, whole_start), end, batch, kv_head, rows, k_len,
-                           qk_scale_log2, query_offset, TILE_D, TILE_DV, TILE_M, TILE_N, CAUSAL,
-                           True, SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+        grads = accumulate_dq(*inputs, *grads, first, whole_start, *where, True, *variants)
+    grads = accumulate_dq(*inputs, *grads, whole_start, mask_start, *where, False, *variants)
+    grads = accumulate_dq(*inputs, *grads, max(mask_start, whole_start), end, *where, True,
+                          *variants)
+    dq_acc, dq_tail = grads
     ct.store(dQ, index=(batch, head, q_tile, 0),
              tile=(dq_acc * qk_scale).reshape((1, 1, TILE_M, TILE_D)).astype(dQ.dtype))
+    if TILE_D_TAIL > 0:
+        ct.store(dQ, index=(batch, head, q_tile, TILE_D // TILE_D_TAIL),
+                 tile=(dq_tail * qk_scale).reshape((1, 1, TILE_M, TILE_D_TAIL)).astype(dQ.dtype))

@@ -160,6 +160,16 @@ def fmha_tiled_head_dim(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, Ke
                                               QUERY_GROUP, CAUSAL, TILE_K, TILE_V, WRITE_LSE)
 
 
+def store_nan(X, head, row_tile, ROWS: ConstInt, TILE_D: ConstInt, TILE_D_TAIL: ConstInt):
+    """NaN in rows row_tile * ROWS.. of a gradient of one sequence that the grid has no CTA
+    for (``tiles_per_sequence``): its TILE_D columns and the TILE_D_TAIL after them."""
+    ct.store(X, index=(0, head, row_tile, 0),
+             tile=ct.full((1, 1, ROWS, TILE_D), math.nan, dtype=X.dtype))
+    if TILE_D_TAIL > 0:
+        ct.store(X, index=(0, head, row_tile, TILE_D // TILE_D_TAIL),
+                 tile=ct.full((1, 1, ROWS, TILE_D_TAIL), math.nan, dtype=X.dtype))
+
+
 def backward_views(Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
                    sequence):
     """The backward's inputs as views of one sequence, and its query and key bounds."""
@@ -174,8 +184,9 @@ def backward_views(Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, K
 @ct.kernel
 def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
          qk_scale: float, softcap: float, window_left: int, window_right: int,
-         TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-         QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
+         TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
+         TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
+         WINDOW: ConstBool):
     kv_head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
@@ -185,12 +196,11 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
     num_k_tiles = ct.cdiv(k_len, TILE_N)
     if k_tile < num_k_tiles:
         dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, 0, kv_head, k_tile, qk_scale,
-                      k_len - q_len, TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL,
-                      SOFTCAP, softcap, WINDOW, window_left, window_right, False)
+                      k_len - q_len, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
+                      CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, False)
     if k_tile == ct.num_blocks(0) - 1:
         for missing in range(k_tile + 1, num_k_tiles):
-            ct.store(dK, index=(0, kv_head, missing, 0),
-                     tile=ct.full((1, 1, TILE_N, TILE_D), math.nan, dtype=dK.dtype))
+            store_nan(dK, kv_head, missing, TILE_N, TILE_D, TILE_D_TAIL)
             ct.store(dV, index=(0, kv_head, missing, 0),
                      tile=ct.full((1, 1, TILE_N, TILE_DV), math.nan, dtype=dV.dtype))
 
@@ -198,8 +208,9 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
 @ct.kernel
 def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
        qk_scale: float, softcap: float, window_left: int, window_right: int,
-       TILE_D: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-       QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
+       TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
+       TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
+       WINDOW: ConstBool):
     head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
@@ -209,10 +220,9 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first
         dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, 0, head, q_tile, qk_scale, k_len - q_len,
-                      TILE_D, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP, softcap,
-                      WINDOW, window_left, window_right)
+                      TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL,
+                      SOFTCAP, softcap, WINDOW, window_left, window_right)
     if tile == ct.num_blocks(0) - 1:
         for missing in range(tile + 1, num_q_tiles):
             q_tile = num_q_tiles - 1 - missing if CAUSAL else missing
-            ct.store(dQ, index=(0, head, q_tile, 0),
-                     tile=ct.full((1, 1, TILE_M, TILE_D), math.nan, dtype=dQ.dtype))
+            store_nan(dQ, head, q_tile, TILE_M, TILE_D, TILE_D_TAIL)

@@ -13,7 +13,7 @@ from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, backward_constants
 from .launcher import (causal_query_offset, device_facts, launch_head_dim, rows_contiguous,
-                       softmax_scale, tile_head_dim, with_hints)
+                       softmax_scale, split_head_dim, tile_head_dim, with_hints)
 from .variants import NO_VARIANTS, Variants
 
 ROW_DOT_TILE_M = 64
@@ -47,6 +47,20 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     return delta
 
 
+def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim: int, *,
+                    query_group: int, causal: bool, variants: Variants = NO_VARIANTS):
+    """(launch, constants) of the "dkdv" or "dq" kernel at these head dims: `entry`'s launch
+    for the wider tile width (``launch_head_dim``), Q's and K's columns in the forward's
+    tiles (``split_head_dim``: D=96 as 64 + 32, not padded to 128), V's padded
+    (``tile_head_dim``)."""
+    launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)][name]
+    head_dim, tail = split_head_dim(q_head_dim)
+    return launch, backward_constants(head_dim, launch.tiles, query_group=query_group,
+                                      causal=causal, variants=variants,
+                                      value_head_dim=tile_head_dim(v_head_dim),
+                                      head_dim_tail=tail)
+
+
 def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
                             grid_values: dict | None = None, module=kernels,
                             entry: BackwardEntry | None = None,
@@ -60,11 +74,10 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     tensors = tensors | variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
                                         sinks=None, device=q.device)
     for name, family in families.items():
-        launch = entry.launches[launch_head_dim(q.shape[-1], v.shape[-1])][name]
-        values = {key: tensors[key] for key in family.names if key in tensors} | \
-            backward_constants(tile_head_dim(q.shape[-1]), launch.tiles,
-                               query_group=q.shape[1] // k.shape[1], causal=causal,
-                               variants=variants, value_head_dim=tile_head_dim(v.shape[-1]))
+        launch, constants = gradient_launch(entry, name, q.shape[-1], v.shape[-1],
+                                            query_group=q.shape[1] // k.shape[1],
+                                            causal=causal, variants=variants)
+        values = {key: tensors[key] for key in family.names if key in tensors} | constants
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),
                   family.arguments(values))

@@ -26,11 +26,11 @@ from ..kernels import varlen as varlen_kernels
 from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.backward import backward_entry_for
 from ..platforms.environment import arch_problem, check_compiler, find_compiler, find_cuda_tool
-from .backward import BACKWARD_FAMILIES, backward_kernel
+from .backward import BACKWARD_FAMILIES, backward_kernel, gradient_launch
 from .definitions import STEPS, steps_for
 from .decode import DecodeShape, decode_plan
 from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, KernelFamily,
-                     backward_constants, forward_constants, packed)
+                     forward_constants, packed)
 from .fp8 import fp8_kernel
 from .variants import NO_VARIANTS, Variants, variants_kernel
 from .launcher import kernel_for
@@ -67,11 +67,11 @@ def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal:
                      value_head_dim: int | None = None) -> bytes:
     """The cubin of the backward's "dkdv" or "dq" kernel for `arch`, at that
     architecture's backward launch (platforms/backward.py), with the softcap and window of
-    `variants` compiled in; V's tile width `value_head_dim` (default head_dim)."""
-    launch = backward_entry_for(arch).launches[max(head_dim, value_head_dim or 0)][name]
-    constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
-                                   causal=causal, variants=variants,
-                                   value_head_dim=value_head_dim)
+    `variants` compiled in; V's head dim `value_head_dim` (default head_dim), both as the
+    launcher tiles them (``gradient_launch``)."""
+    launch, constants = gradient_launch(backward_entry_for(arch), name, head_dim,
+                                        value_head_dim or head_dim, query_group=query_group,
+                                        causal=causal, variants=variants)
     return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
                         dtype=dtype, constants=constants, arch=arch)
 
@@ -93,10 +93,9 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
                                                    value_head_dim=value_head_dim)
         return export_cubin(kernel, packed(family) if packed_tensors else family, dtype=dtype,
                             constants=constants, arch=arch)
-    launch = backward_entry_for(arch).launches[max(head_dim, value_head_dim or 0)][name]
-    constants = backward_constants(head_dim, launch.tiles, query_group=query_group,
-                                   causal=causal, variants=variants,
-                                   value_head_dim=value_head_dim)
+    launch, constants = gradient_launch(backward_entry_for(arch), name, head_dim,
+                                        value_head_dim or head_dim, query_group=query_group,
+                                        causal=causal, variants=variants)
     return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
                         VARLEN_BACKWARD_FAMILIES[name], dtype=dtype, constants=constants,
                         arch=arch)

@@ -246,12 +246,14 @@ def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1
 
 
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
-                       causal: bool, variants=None, value_head_dim: int | None = None) -> dict:
+                       causal: bool, variants=None, value_head_dim: int | None = None,
+                       head_dim_tail: int = 0) -> dict:
     """The compile-time parameters of one dK/dV or dQ launch, with the softcap and window
-    of `variants` compiled in (steps/variants.py's Variants; None: neither)."""
+    of `variants` compiled in (steps/variants.py's Variants; None: neither) and Q's and K's
+    columns past head_dim as a tile of `head_dim_tail` (the forward's TILE_D_TAIL)."""
     switches = variants.constants() if variants is not None else {}
     return attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
-                               value_head_dim=value_head_dim) | {
+                               value_head_dim=value_head_dim) | {"TILE_D_TAIL": head_dim_tail} | {
         name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS}
 
 
@@ -279,10 +281,11 @@ ROW_DOT = KernelFamily(
 _BACKWARD_INPUTS = _QKV + (Tensor("dO", 4), Tensor("Lse", 3, ct.float32),
                            Tensor("Delta", 3, ct.float32))
 # After their tensors both take FORWARD_VARIANTS's settings (the softcap's and the window's
-# run-time values, TILE_DV), and SOFTCAP and WINDOW last (the sinks' terms are in the LSE):
-# each a constant that turns its variant on.
+# run-time values, TILE_D_TAIL, TILE_DV), and SOFTCAP and WINDOW last (the sinks' terms are
+# in the LSE): each a constant that turns its variant on.
 BACKWARD_VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW")
-_BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES \
+_BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[:1] \
+    + (Constant("TILE_D_TAIL"),) + _PADDED_TILES[1:] \
     + tuple(Constant(name) for name in BACKWARD_VARIANT_CONSTANTS)
 # dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V.
 DKDV = KernelFamily(

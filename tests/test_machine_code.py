@@ -75,15 +75,19 @@ def test_approximate_division_is_a_hardware_reciprocal():
 
 
 class _DeleteBranches(ast.NodeTransformer):
-    """Replaces every `if NAME:` block, for NAME a constant of `names`, by its `else` (or
-    nothing): the code as if the constant were off and had never been written; makes
-    relative imports absolute."""
+    """Replaces every `if NAME:` block (or `if NAME > 0:`, for a size), for NAME a constant
+    of `names`, by its `else` (or nothing): the code as if the constant were off and had
+    never been written; makes relative imports absolute."""
 
     def __init__(self, names):
         self.names = set(names)
 
     def visit_If(self, node):
-        if isinstance(node.test, ast.Name) and node.test.id in self.names:
+        test = node.test
+        if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Gt) and \
+                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
+            test = test.left
+        if isinstance(test, ast.Name) and test.id in self.names:
             return [self.visit(statement) for statement in node.orelse] or None
         return self.generic_visit(node)
 
@@ -160,11 +164,13 @@ def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])
 def test_backward_variant_branches_cost_the_plain_backward_nothing(name, tmp_path):
-    """The backward's SOFTCAP and WINDOW off (every plain backward launch): the sm_90
-    machine code is that of kernels/backward.py with their branches deleted."""
+    """The backward's SOFTCAP and WINDOW off and no TILE_D_TAIL (every plain backward
+    launch): the sm_90 machine code is that of kernels/backward.py with their branches
+    deleted."""
     launch = backward_entry_for("sm_90").launches[128][name]
     constants = backward_constants(128, launch.tiles, query_group=2, causal=True)
-    without = module_without(backward_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW")
+    without = module_without(backward_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW",
+                             "TILE_D_TAIL")
     assert sass(compile_backward(name, "sm_90", dtype="bfloat16", head_dim=128, causal=True,
                                  query_group=2)) == \
         sass(export_cubin(backward_kernel(name, launch.num_worker_warps, without),
@@ -278,6 +284,26 @@ def test_split_head_dims_compile_to_fewer_products_than_padding(head_dim, value_
     split = sass(compile_variants("sm_90", head_dim=head_dim, **options))
     whole = sass(compile_variants("sm_90", head_dim=padded, **options))
     assert 0 < split.count("HGMMA") < whole.count("HGMMA")
+
+
+def product_columns(code: str) -> int:
+    """The warpgroup products' output columns summed over the SASS's 16-bit HGMMAs (each
+    64 rows x N columns x 16 deep): a measure of their work."""
+    return sum(int(n) for n in re.findall(r"HGMMA\.64x(\d+)x16\.", code))
+
+
+# The backward on the same column tiles: dK/dV's and dQ's products of Q and K run on 64 +
+# 32 (or 128 + 64) columns, not on the padded 128 (256), with no spill.
+@pytest.mark.parametrize("name", ["dkdv", "dq"])
+@pytest.mark.parametrize("head_dim,value_head_dim,padded", [(96, 96, 128), (192, 128, 256)])
+def test_split_head_dims_in_the_backward_do_less_work_than_padding(name, head_dim,
+                                                                   value_head_dim, padded):
+    options = dict(dtype="bfloat16", causal=True, query_group=2, value_head_dim=value_head_dim)
+    split = compile_backward(name, "sm_90", head_dim=head_dim, **options)
+    code = sass(split)
+    whole = sass(compile_backward(name, "sm_90", head_dim=padded, **options))
+    assert 0 < product_columns(code) < product_columns(whole)
+    assert_no_spills(resource_usage(split), code)
 
 
 def test_paged_tiles_of_two_blocks_multiply_from_shared_memory_as_a_dense_cache_does():
