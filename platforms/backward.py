@@ -25,6 +25,9 @@ class BackwardLaunch:
 class BackwardEntry:
     launches: dict[int, dict[str, BackwardLaunch]]  # head dim -> "dkdv" / "dq" -> launch
     provenance: str
+    # Head dims up to this one run Q's and K's columns as the forward's two tiles (96 = 64 +
+    # 32: steps/launcher.py's split_head_dim); wider ones (160, 192) pad to the next tile.
+    widest_split_head_dim: int = 128
 
 
 SM_90 = BackwardEntry(
@@ -53,7 +56,11 @@ SM_90 = BackwardEntry(
                "faster causal (B=4, H=32, N=4096 / 8192 / 16384: 3.71 / 13.74 / 52.19 ms "
                "against 3.79 / 14.11 / 54.08; the Llama demo's B=4, H=16/4, N=2048: 0.596 "
                "against 0.615) and level non-causal (N=4096 / 8192: 6.81 / 26.20 against "
-               "6.80 / 26.30); at D=64 32x128 is 15-17% slower.",
+               "6.80 / 26.30); at D=64 32x128 is 15-17% slower. Q's and K's columns split "
+               "up to D=128 only (2026-11-24, H100, B=4 H=32 N=8192 bf16): split, D=96 ran "
+               "1.6-2% faster under tileiras 13.4 and 13.5; 192/128 ran 6% faster causal under "
+               "13.4 but 6% (causal) and 12% slower under 13.5, which waits after every HGMMA "
+               "of the split dK/dV there (docs/performance.md).",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

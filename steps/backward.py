@@ -51,10 +51,11 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
                     query_group: int, causal: bool, variants: Variants = NO_VARIANTS):
     """(launch, constants) of the "dkdv" or "dq" kernel at these head dims: `entry`'s launch
     for the wider tile width (``launch_head_dim``), Q's and K's columns in the forward's
-    tiles (``split_head_dim``: D=96 as 64 + 32, not padded to 128), V's padded
-    (``tile_head_dim``)."""
+    tiles up to `entry.widest_split_head_dim` (``split_head_dim``: D=96 as 64 + 32, not
+    padded to 128) and padded past it, V's padded (``tile_head_dim``)."""
     launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)][name]
-    head_dim, tail = split_head_dim(q_head_dim)
+    head_dim, tail = split_head_dim(q_head_dim) if q_head_dim <= entry.widest_split_head_dim \
+        else (tile_head_dim(q_head_dim), 0)
     return launch, backward_constants(head_dim, launch.tiles, query_group=query_group,
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
