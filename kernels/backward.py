@@ -24,8 +24,9 @@ sinks need none: the LSE holds their terms, and their gradient is a sum over row
 outside): with SOFTCAP the scores are rebuilt through the same tanh t and dS gets the
 tanh's derivative, 1 - t^2; with WINDOW the loops skip the tile pairs outside every
 row's window, as the forward does, and mask those across its edges. Off, the code is not
-there (tests/test_machine_code.py). So with TILE_D_TAIL: a head dim such as 96 or 192 runs
-Q's and K's columns as two tiles (64 + 32, 128 + 64), the forward's split, not padded.
+there (tests/test_machine_code.py). So with TILE_D_TAIL: a head dim such as 96 can run Q's
+and K's columns as two tiles (64 + 32), the forward's split, not padded; which head dims do
+is the platform's (platforms/backward.py's widest_split_head_dim).
 """
 
 import cuda.tile as ct

@@ -201,8 +201,7 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
     if k_tile == ct.num_blocks(0) - 1:
         for missing in range(k_tile + 1, num_k_tiles):
             store_nan(dK, kv_head, missing, TILE_N, TILE_D, TILE_D_TAIL)
-            ct.store(dV, index=(0, kv_head, missing, 0),
-                     tile=ct.full((1, 1, TILE_N, TILE_DV), math.nan, dtype=dV.dtype))
+            store_nan(dV, kv_head, missing, TILE_N, TILE_DV, 0)
 
 
 @ct.kernel
