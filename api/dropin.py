@@ -15,7 +15,8 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 from .steps.backward import attention_backward, row_dot
 from .steps.launcher import (HEAD_DIMS, LaunchPlan, Names, _check_devices, _check_shapes,
                              build_plan, causal_query_offset, is_padded, rows_contiguous,
-                             softmax_scale, unused_lse)
+                             softmax_scale)
+from .steps.family import UNUSED_ARRAY
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient, variants_forward
 
 __all__ = ["attention", "attention_with_lse"]
@@ -138,7 +139,7 @@ def forward_launch(query, key, value, causal: str, scale: float, with_lse: bool)
         return plan.launch(), plan.lse
     out = torch.empty_like(query)
     lse = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device) \
-        if with_lse else unused_lse(query.device)
+        if with_lse else UNUSED_ARRAY
     plan.launch_on(query, key, value, out, lse)
     return out, lse if with_lse else None
 

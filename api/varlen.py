@@ -13,7 +13,8 @@ import torch
 
 from .dropin import _check_variants, checked_once, needs_grad, require_lse
 from .steps.launcher import (DTYPES, MAX_GRID_YZ, Names, _check_devices, _check_shapes,
-                             rows_contiguous, softmax_scale, unused_lse)
+                             rows_contiguous, softmax_scale)
+from .steps.family import UNUSED_ARRAY
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient
 from .steps.backward import row_dot
 from .steps.varlen import (ForwardPlan, SequenceBounds, forward_plan, new_output,
@@ -243,7 +244,7 @@ def _launch_planned(call: _Call, query, key, value, cu_seqlens_q, cu_seqlens_k,
                                  max_seqlen_q, causal=is_causal, scale=call.scale,
                                  with_lse=return_lse, variants=call.variants)
     if not return_lse:
-        call.plan.launch(query, key, value, out, unused_lse(query.device), bounds, sinks)
+        call.plan.launch(query, key, value, out, UNUSED_ARRAY, bounds, sinks)
         return out
     lse = query.new_empty(query.shape[1::-1], dtype=torch.float32)  # (heads, tokens)
     call.plan.launch(query, key, value, out, lse, bounds, sinks)

@@ -72,8 +72,7 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     the window of `variants` compiled in; `grid_values` adds what only the grids read."""
     q, k, v = tensors["Q"], tensors["K"], tensors["V"]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
-    tensors = tensors | variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
-                                        sinks=None, device=q.device)
+    tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal)
     for name, family in families.items():
         launch, constants = gradient_launch(entry, name, q.shape[-1], v.shape[-1],
                                             query_group=q.shape[1] // k.shape[1],

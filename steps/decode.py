@@ -10,15 +10,14 @@ can be captured in a CUDA graph.
 
 import functools
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import cuda.tile as ct
 import torch
 
 from ..kernels import decode as kernels
 from ..platforms import DecodeLaunch, entry_for
-from .family import DECODE, MERGE_SPLITS
-from .launcher import current_stream, device_facts, with_hints
+from .family import DECODE, MERGE_SPLITS, UNUSED_ARRAY
+from .launcher import current_stream, device_facts, sinks_argument, with_hints
 from .variants import NO_VARIANTS, Variants
 
 # Columns of the transposed products (group heads x query rows) are at least this many:
@@ -58,8 +57,8 @@ class DecodeShape:
 
 @dataclass
 class DecodePlan:
-    """One shape's launches on one device: the kernels, their grids and constants, the
-    placeholders of the arrays they do not touch, and the split buffers per stream."""
+    """One shape's launches on one device: the kernels, their grids and constants, and the
+    split buffers per stream."""
     kernel: object
     grid: tuple[int, int, int]
     constants: dict
@@ -71,7 +70,7 @@ class DecodePlan:
     # The merge launched programmatically (sm_90 and later): its CTAs start while the
     # splits run and wait on the GPU for them (kernels/decode.py), with no launch gap.
     early_merge: bool = False
-    arrays_by_stream: dict = field(default_factory=dict)  # stream -> StreamArrays
+    buffers_by_stream: dict = field(default_factory=dict)  # stream -> (Partial, PartialLse)
     settings_by_scale: dict = field(default_factory=dict)  # softmax scale -> settings
 
     @functools.cached_property
@@ -87,35 +86,18 @@ class DecodePlan:
             self.settings_by_scale[scale] = settings
         return settings
 
-    def arrays(self, stream: int, keep: bool) -> "StreamArrays":
-        """The arrays of launches on `stream` that are not the call's own: the split
-        buffers and the placeholders, kept (see ``kept``) since launches on one stream run
-        one after the other; one lookup, as a decoding step calls this per layer and token."""
+    def split_buffers(self, stream: int, keep: bool) -> tuple:
+        """(Partial, PartialLse) of launches on `stream`, float32: kept (see ``kept``),
+        since launches on one stream run one after the other; UNUSED_ARRAY twice without a
+        split."""
+        if self.split_buffer_shape is None:
+            return UNUSED_ARRAY, UNUSED_ARRAY
+
         def make():
-            def unused(rank: int, dtype: torch.dtype) -> torch.Tensor:
-                return torch.empty((1,) * rank, dtype=dtype, device=self.device)
-            if self.split_buffer_shape is None:
-                partial, partial_lse = unused(5, torch.float32), unused(4, torch.float32)
-            else:
-                partial = torch.empty(self.split_buffer_shape, dtype=torch.float32,
-                                      device=self.device)
-                partial_lse = partial[..., 0].clone()
-            return StreamArrays(partial, partial_lse, lse=unused(3, torch.float32),
-                                lengths=unused(1, torch.int32),
-                                block_table=unused(2, torch.int32),
-                                sinks=unused(1, torch.float32))
-        return kept(self.arrays_by_stream, stream, make, keep)
-
-
-class StreamArrays(NamedTuple):
-    """A plan's float32 split buffers (placeholders without a split) and the placeholders
-    of the arrays a launch does not touch (its constants say so): one element each."""
-    partial: torch.Tensor
-    partial_lse: torch.Tensor
-    lse: torch.Tensor
-    lengths: torch.Tensor
-    block_table: torch.Tensor
-    sinks: torch.Tensor
+            partial = torch.empty(self.split_buffer_shape, dtype=torch.float32,
+                                  device=self.device)
+            return partial, partial[..., 0].clone()
+        return kept(self.buffers_by_stream, stream, make, keep)
 
 
 def kept(cache: dict, key, make, keep: bool):
@@ -183,17 +165,16 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
     device = q.device
     plan = _cached_plan(shape, device, launch)
     stream = current_stream(device)
-    arrays = plan.arrays(stream, keep_buffers)
+    partial, partial_lse = plan.split_buffers(stream, keep_buffers)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if shape.write_lse \
-        else arrays.lse
-    partial, partial_lse = arrays.partial, arrays.partial_lse
+        else UNUSED_ARRAY
     tensors = {"Q": q, "K": key_cache, "V": value_cache, "Out": out, "Lse": lse,
                "Partial": partial, "PartialLse": partial_lse,
-               "KeyStarts": arrays.lengths if key_starts is None else key_starts,
-               "KeyEnds": arrays.lengths if key_ends is None else key_ends,
-               "BlockTable": arrays.block_table if block_table is None else block_table,
-               "Sinks": arrays.sinks if sinks is None else sinks.float()}
+               "KeyStarts": UNUSED_ARRAY if key_starts is None else key_starts,
+               "KeyEnds": UNUSED_ARRAY if key_ends is None else key_ends,
+               "BlockTable": UNUSED_ARRAY if block_table is None else block_table,
+               "Sinks": sinks_argument(sinks)}
     ct.launch(stream, plan.grid, plan.kernel, DECODE.tensors(tensors) + plan.settings(scale))
     if plan.split_buffer_shape is not None:
         merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse}

@@ -20,6 +20,10 @@ from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSig
 from ..platforms import TileShape
 
 TMA_ALIGNMENT_BYTES = 16  # PyTorch's allocations and strides that are multiples of this
+# What a launch passes for an array its constants leave untouched (a Tensor's read_when
+# off): an int, which the kernel is compiled to take as a scalar. Each array argument costs
+# ct.launch about half a microsecond of host time (its DLPack conversion); a scalar, none.
+UNUSED_ARRAY = 0
 
 
 @dataclass(frozen=True)
@@ -27,11 +31,18 @@ class Tensor:
     """An array parameter; its dtype is the inputs' (None) or a fixed one. Its base address
     and strides are 16-byte aligned, as a PyTorch allocation of a typical size is, unless
     it may be a view that starts anywhere or has any row length (`aligned=False`: sequence
-    bounds as slices of cu_seqlens, a block table)."""
+    bounds as slices of cu_seqlens, a block table). `read_when`: the boolean constant
+    without which the kernels never touch it (None: always read); a launch then passes
+    UNUSED_ARRAY."""
     name: str
     rank: int
     dtype: ct.DType | None = None
     aligned: bool = True
+    read_when: str | None = None
+
+    def read(self, constants: dict) -> bool:
+        """Whether a launch with these constants reads this array."""
+        return self.read_when is None or bool(constants[self.read_when])
 
     def constraint(self, input_dtype: ct.DType) -> ArrayConstraint:
         """Last dimension contiguous, other strides multiples of 16 bytes (of one element
@@ -116,7 +127,8 @@ class KernelFamily:
         parameters = []
         for p in self.parameters:
             if isinstance(p, Tensor):
-                parameters.append(p.constraint(input_dtype))
+                parameters.append(p.constraint(input_dtype) if p.read(constants)
+                                  else ScalarConstraint(ct.int32))  # UNUSED_ARRAY
             elif isinstance(p, Scalar):
                 parameters.append(ScalarConstraint(p.dtype))
             else:
@@ -144,10 +156,11 @@ FORWARD_TENSORS = ("Q", "K", "V", "Out", "Lse")
 _ATTENTION_SETTINGS = (Scalar("qk_scale", ct.float32), Scalar("query_offset", ct.int32),
                        Constant("TILE_D"), Constant("TILE_M"), Constant("TILE_N"),
                        Constant("QUERY_GROUP"), Constant("CAUSAL"))
+_LSE = Tensor("Lse", 3, ct.float32, read_when="WRITE_LSE")
+_SINKS = Tensor("Sinks", 1, ct.float32, aligned=False, read_when="SINKS")
 FORWARD = KernelFamily(
     name="forward",
-    parameters=_QKV + (Tensor("Out", 4), Tensor("Lse", 3, ct.float32)) + _ATTENTION_SETTINGS
-    + (Constant("WRITE_LSE"),),
+    parameters=_QKV + (Tensor("Out", 4), _LSE) + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
     grid=tiles_per_head("Q", "TILE_M"),
 )
 
@@ -157,7 +170,7 @@ FORWARD = KernelFamily(
 # factors of Q (batch, heads), K and V (batch, kv_heads). The grid is FORWARD's.
 FORWARD_FP8 = KernelFamily(
     name="forward, float8",
-    parameters=_QKV + (Tensor("Out", 4, ct.bfloat16), Tensor("Lse", 3, ct.float32))
+    parameters=_QKV + (Tensor("Out", 4, ct.bfloat16), _LSE)
     + tuple(Tensor(name, 2, ct.float32, aligned=False)
             for name in ("QDescale", "KDescale", "VDescale"))
     + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
@@ -179,8 +192,7 @@ _VARIANT_SCALARS = (Scalar("softcap", ct.float32), Scalar("window_left", ct.int3
 _PADDED_TILES = _ATTENTION_SETTINGS[2:3] + (Constant("TILE_DV"),) + _ATTENTION_SETTINGS[3:]
 FORWARD_VARIANTS = KernelFamily(
     name="forward, variants",
-    parameters=_QKV + (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
-                       Tensor("Sinks", 1, ct.float32, aligned=False))
+    parameters=_QKV + (Tensor("Out", 4), _LSE, _SINKS)
     + _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[:1]
     + (Constant("TILE_D_TAIL"),) + _PADDED_TILES[1:] + (Constant("WRITE_LSE"),)
     + tuple(Constant(name) for name in VARIANT_CONSTANTS),
@@ -341,18 +353,20 @@ def packed(family: KernelFamily) -> KernelFamily:
 # PartialLse, (batch, kv_heads, splits, GROUP_TILE * QUERY_ROWS[, D]) float32, and
 # MERGE_SPLITS writes Out and Lse from them: one CTA per query row of each head. Both
 # grids come from the launch's sizes (batch, kv_heads, q_len, splits), not its tensors.
-_CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False)
-                      for name in ("KeyStarts", "KeyEnds")) + \
-    (Tensor("BlockTable", 2, ct.int32, aligned=False),)
-_OUTPUTS_AND_PARTIALS = (Tensor("Out", 4), Tensor("Lse", 3, ct.float32),
-                         Tensor("Partial", 5, ct.float32), Tensor("PartialLse", 4, ct.float32))
+_CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False, read_when=switch)
+                      for name, switch in (("KeyStarts", "HAS_STARTS"),
+                                           ("KeyEnds", "HAS_LENGTHS"))) + \
+    (Tensor("BlockTable", 2, ct.int32, aligned=False, read_when="PAGED"),)
+_OUTPUTS_AND_PARTIALS = (Tensor("Out", 4), _LSE,
+                         Tensor("Partial", 5, ct.float32, read_when="SPLIT"),
+                         Tensor("PartialLse", 4, ct.float32, read_when="SPLIT"))
 # The variants as in FORWARD_VARIANTS: Sinks after the lookups, softcap and window_left
 # (keys before each row's diagonal; the window's right side is the causal mask's) after
 # qk_scale, SOFTCAP, WINDOW and SINKS last.
 DECODE = KernelFamily(
     name="decode",
     parameters=_QKV + _OUTPUTS_AND_PARTIALS + _CACHE_LOOKUP
-    + (Tensor("Sinks", 1, ct.float32, aligned=False), Scalar("qk_scale", ct.float32))
+    + (_SINKS, Scalar("qk_scale", ct.float32))
     + _VARIANT_SCALARS[:2]
     + tuple(Constant(name) for name in ("TILE_D", "TILE_N", "QUERY_GROUP", "GROUP_TILE",
                                         "QUERY_ROWS", "CAUSAL", "PAGED", "BLOCK_SIZE",
@@ -363,7 +377,7 @@ DECODE = KernelFamily(
 MERGE_SPLITS = KernelFamily(
     name="decode merge_splits",
     parameters=(Tensor("Partial", 5, ct.float32), Tensor("PartialLse", 4, ct.float32),
-                Tensor("Out", 4), Tensor("Lse", 3, ct.float32), Constant("TILE_D"),
+                Tensor("Out", 4), _LSE, Constant("TILE_D"),
                 Constant("SPLITS_TILE"), Constant("QUERY_GROUP"), Constant("QUERY_ROWS"),
                 Constant("WRITE_LSE")),
     grid=lambda values: (values["QUERY_GROUP"] * values["q_len"], values["kv_heads"],

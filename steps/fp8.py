@@ -10,10 +10,10 @@ import cuda.tile as ct
 import torch
 
 from ..kernels import fp8 as kernels
-from ..platforms import HEAD_DIMS, PlatformEntry
+from ..platforms import PlatformEntry
 from .definitions import QUERY_TILE_STEP, launch_of
-from .family import FORWARD_FP8, forward_constants
-from .launcher import current_stream, device_facts, on_device, unused_lse, with_hints
+from .family import FORWARD_FP8, UNUSED_ARRAY, forward_constants
+from .launcher import current_stream, device_facts, on_device, with_hints
 
 # cuTile's float8 types start with Hopper (sm_89, Ada, has float8 tensor cores, but cuTile
 # 1.7 refuses the type there).
@@ -54,7 +54,7 @@ def fp8_forward(q, k, v_t, q_descale, k_descale, v_descale, *, causal: bool, sca
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if with_lse else None
     values = {"Q": q, "K": k, "V": v_t, "Out": out,
-              "Lse": lse if with_lse else unused_lse(q.device), "QDescale": q_descale,
+              "Lse": lse if with_lse else UNUSED_ARRAY, "QDescale": q_descale,
               "KDescale": k_descale, "VDescale": v_descale, "qk_scale": scale,
               "query_offset": 0, **constants}
     ct.launch(current_stream(q.device), FORWARD_FP8.grid(values), kernel,

@@ -18,7 +18,7 @@ from ..platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, T
                          arch_of_capability, entry_for)
 from ..platforms.environment import CHECK_COMMAND, require_environment
 from .definitions import STEPS, fastest_step, steps_for
-from .family import FORWARD_TENSORS, forward_constants
+from .family import FORWARD_TENSORS, UNUSED_ARRAY, forward_constants
 
 DTYPES = (torch.float16, torch.bfloat16)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid.y (heads) and grid.z (batch)
@@ -55,7 +55,7 @@ class LaunchPlan:
 
     def launch_on(self, q, k, v, out, lse) -> None:
         """The same launch on other tensors of the same shapes, strides, dtypes and device
-        (lse: a placeholder, unused_lse, when it writes none), on the current stream."""
+        (lse: UNUSED_ARRAY when it writes none), on the current stream."""
         ct.launch(current_stream(q.device), self.grid, self.kernel,
                   (q, k, v, out, lse) + self.args[len(FORWARD_TENSORS):])
 
@@ -114,21 +114,9 @@ def current_stream(device: torch.device) -> int:
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
-@functools.cache
-def unused_lse(device: torch.device) -> torch.Tensor:
-    """The Lse argument of a launch that writes none (WRITE_LSE=False never touches it)."""
-    return torch.empty((1, 1, 1), dtype=torch.float32, device=device)
-
-
-@functools.cache
-def unused_sinks(device: torch.device) -> torch.Tensor:
-    """The Sinks argument of a launch without sinks (SINKS=False never reads it)."""
-    return unused_lse(device).view(1)
-
-
-def sinks_argument(sinks: torch.Tensor | None, device: torch.device) -> torch.Tensor:
-    """The Sinks array the kernels take: float32 sinks (heads,), or ``unused_sinks``."""
-    return unused_sinks(device) if sinks is None else sinks.float()
+def sinks_argument(sinks: torch.Tensor | None):
+    """The Sinks argument the kernels take: float32 sinks (heads,), or UNUSED_ARRAY."""
+    return UNUSED_ARRAY if sinks is None else sinks.float()
 
 
 def _check_tensor(name: str, t) -> None:
@@ -349,7 +337,7 @@ def build_plan(q, k, v, *, causal, scale, step, platform, out, with_lse,
     lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device) \
         if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
-              "Lse": lse if with_lse else unused_lse(q.device), "qk_scale": scale,
+              "Lse": lse if with_lse else UNUSED_ARRAY, "qk_scale": scale,
               "query_offset": query_offset or 0,
               **forward_constants(head_dim, tiles, query_group=heads // k.shape[1],
                                   causal=causal, write_lse=with_lse)}

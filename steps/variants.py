@@ -13,9 +13,9 @@ import torch
 from ..kernels import variants as kernels
 from ..platforms import PlatformEntry
 from .definitions import QUERY_TILE_STEP, STEPS
-from .family import FORWARD_VARIANTS, forward_constants
+from .family import FORWARD_VARIANTS, UNUSED_ARRAY, forward_constants
 from .launcher import (current_stream, on_device, sinks_argument, split_head_dim,
-                       tile_head_dim, unused_lse, with_hints)
+                       tile_head_dim, with_hints)
 
 
 
@@ -65,9 +65,9 @@ class Variants:
         return {"softcap": self.softcap or 1.0, "window_left": left,
                 "window_right": 0 if causal else right}
 
-    def values(self, *, q_rows: int, k_rows: int, causal: bool, sinks, device) -> dict:
-        """``scalars`` and the Sinks array (a placeholder without sinks)."""
-        return {"Sinks": sinks_argument(sinks, device),
+    def values(self, *, q_rows: int, k_rows: int, causal: bool, sinks) -> dict:
+        """``scalars`` and the Sinks argument (UNUSED_ARRAY without sinks)."""
+        return {"Sinks": sinks_argument(sinks),
                 **self.scalars(q_rows=q_rows, k_rows=k_rows, causal=causal)}
 
 
@@ -119,10 +119,10 @@ def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_ls
     out = q.new_empty(q.shape[:-1] + v.shape[-1:])
     lse = q.new_empty(q.shape[:-1], dtype=torch.float32) if with_lse else None
     values = {"Q": q, "K": k, "V": v, "Out": out,
-              "Lse": lse if with_lse else unused_lse(q.device), "qk_scale": scale,
+              "Lse": lse if with_lse else UNUSED_ARRAY, "qk_scale": scale,
               "query_offset": query_offset or 0, **constants,
               **variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
-                                sinks=sinks, device=q.device)}
+                                sinks=sinks)}
     ct.launch(current_stream(q.device), FORWARD_VARIANTS.grid(values), kernel,
               FORWARD_VARIANTS.arguments(values))
     return out, lse

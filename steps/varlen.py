@@ -20,9 +20,8 @@ from ..platforms import HEAD_DIMS, PlatformEntry
 from .backward import check_backward_head_dims, launch_gradient_kernels, row_dot
 from .definitions import QUERY_TILE_STEP, fastest_step, launch_of, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
-                     KernelFamily, forward_constants)
-from .launcher import (current_stream, on_device, sinks_argument, tile_head_dim, unused_lse,
-                       with_hints)
+                     UNUSED_ARRAY, KernelFamily, forward_constants)
+from .launcher import current_stream, on_device, sinks_argument, tile_head_dim, with_hints
 from .variants import NO_VARIANTS, Variants
 
 # The dense step whose code the variable-length forward runs up to D=256, and so whose
@@ -128,10 +127,10 @@ class ForwardPlan:
     def launch(self, q, k, v, out, lse, bounds: SequenceBounds, sinks=None) -> None:
         """The launch on these tensors (the shapes, strides, dtypes and device the plan was
         made for, or for a packed batch the packed tensors themselves: ``packed`` in
-        steps/family.py; lse: a placeholder, ``unused_lse``, without with_lse), on the
+        steps/family.py; lse: UNUSED_ARRAY without with_lse), on the
         current stream."""
         tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse,
-                   "Sinks": sinks_argument(sinks, q.device),
+                   "Sinks": sinks_argument(sinks),
                    **bounds.values()}
         ct.launch(current_stream(q.device), self.grid, self.kernel,
                   self.family.tensors(tensors) + self.settings)
@@ -170,7 +169,7 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
                         scale=scale, with_lse=with_lse, platform=platform, variants=variants)
     out = _filled(new_output(q, v.shape[-1]), fill)
     lse = _filled(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
-    plan.launch(q, k, v, out, lse if with_lse else unused_lse(q.device), bounds, sinks)
+    plan.launch(q, k, v, out, lse if with_lse else UNUSED_ARRAY, bounds, sinks)
     return out, lse
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import cuda.tile as ct
 import pytest
 import torch
+from cuda.tile.compilation import ArrayConstraint, ScalarConstraint
 
 from cutile_fmha.kernels import decode, fp8, variants, varlen
 from cutile_fmha.kernels.step10_head_dim_tiling import output_chunks
@@ -15,8 +16,8 @@ from cutile_fmha.steps import family as families
 from cutile_fmha.steps.family import (DECODE, DKDV_VARLEN, DQ_VARLEN, FORWARD, FORWARD_FP8,
                                       FORWARD_VARIANTS,
                                       FORWARD_TENSORS, FORWARD_TILED_HEAD_DIM, FORWARD_VARLEN,
-                                      MERGE_SPLITS, KernelFamily, Scalar, Tensor,
-                                      forward_constants)
+                                      MERGE_SPLITS, UNUSED_ARRAY, Constant, KernelFamily,
+                                      Scalar, Tensor, forward_constants)
 
 ALL_FAMILIES = [f for f in vars(families).values() if isinstance(f, KernelFamily)]
 
@@ -110,3 +111,30 @@ def test_output_chunks_are_powers_of_two_at_offsets_that_are_tile_indices(width)
 def test_forward_families_start_with_the_tensors_a_plan_launches_on():
     for step in STEPS.values():
         assert step.family.names[:len(FORWARD_TENSORS)] == FORWARD_TENSORS
+
+
+def test_an_array_is_left_unread_only_under_a_boolean_constant_of_its_family():
+    unread = {}
+    for family in ALL_FAMILIES:
+        constants = {p.name for p in family.parameters if isinstance(p, Constant)}
+        for p in family.parameters:
+            if isinstance(p, Tensor) and p.read_when is not None:
+                assert p.read_when in constants, (family.name, p.name)
+                unread.setdefault(family.name, set()).add(p.name)
+    assert unread["decode"] == {"Lse", "Partial", "PartialLse", "KeyStarts", "KeyEnds",
+                                "BlockTable", "Sinks"}
+    assert unread["forward"] == {"Lse"} and unread["forward, variants"] == {"Lse", "Sinks"}
+    assert "backward dkdv" not in unread  # the backward reads every array it takes
+
+
+def test_an_unread_array_compiles_as_the_int_scalar_a_launch_passes():
+    constants = {p.name: False for p in DECODE.parameters if isinstance(p, Constant)}
+    signature = DECODE.signature(ct.bfloat16, constants | {"HAS_LENGTHS": True})
+    kinds = {p.name: type(c) for p, c in zip(DECODE.parameters, signature.parameters)
+             if isinstance(p, Tensor)}
+    assert kinds == {"Q": ArrayConstraint, "K": ArrayConstraint, "V": ArrayConstraint,
+                     "Out": ArrayConstraint, "Lse": ScalarConstraint,
+                     "Partial": ScalarConstraint, "PartialLse": ScalarConstraint,
+                     "KeyStarts": ScalarConstraint, "KeyEnds": ArrayConstraint,
+                     "BlockTable": ScalarConstraint, "Sinks": ScalarConstraint}
+    assert isinstance(UNUSED_ARRAY, int)  # what ct.launch takes for an int32 scalar

@@ -4,7 +4,6 @@ in test_gpu_correctness.py and test_gpu_backward.py)."""
 
 import pytest
 import torch
-from torch.nn.attention.bias import CausalBias, CausalVariant
 
 transformers = pytest.importorskip("transformers")
 

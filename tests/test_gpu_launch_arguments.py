@@ -1,0 +1,96 @@
+"""Every launch passes an array exactly where its family says the kernel reads one, and
+UNUSED_ARRAY elsewhere: the launches run the machine code the compile-only export builds
+(steps/family.py's Tensor.read_when), and pay no array conversion for what they skip."""
+
+import inspect
+
+import cuda.tile as ct
+import pytest
+import torch
+
+from cutile_fmha import (attention, attention_fp8, attention_varlen, attention_with_kvcache,
+                         to_fp8)
+from cutile_fmha.steps import family as families
+from cutile_fmha.steps.family import UNUSED_ARRAY, KernelFamily, Tensor
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+FAMILIES = [f for f in vars(families).values() if isinstance(f, KernelFamily)]
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The (family, arguments) of every ct.launch made while the test runs."""
+    made = []
+    launch = ct.launch
+
+    def recorded(stream, grid, kernel, arguments, **options):
+        names = tuple(inspect.signature(kernel._pyfunc).parameters)
+        [family, *_] = [f for f in FAMILIES if f.names == names]
+        made.append((family, arguments))
+        return launch(stream, grid, kernel, arguments, **options)
+    monkeypatch.setattr(ct, "launch", recorded)
+    return made
+
+
+def arrays_passed(family: KernelFamily, arguments: tuple) -> dict[str, bool]:
+    """Whether each array parameter got an array, checked against what the family reads."""
+    values = dict(zip(family.names, arguments))
+    passed = {}
+    for p in family.parameters:
+        if isinstance(p, Tensor):
+            passed[p.name] = isinstance(values[p.name], torch.Tensor)
+            expected = p.read(values)
+            assert passed[p.name] == expected, \
+                f"{family.name}: {p.name} passed as {type(values[p.name]).__name__}, " \
+                f"read: {expected}"
+            if not expected:
+                assert values[p.name] is UNUSED_ARRAY
+    return passed
+
+
+def inputs(batch, heads, kv_heads, q_len, k_len, head_dim=64, dtype=torch.bfloat16):
+    generator = torch.Generator(device="cuda").manual_seed(q_len * 131 + k_len)
+    return [torch.randn(batch, h, n, head_dim, generator=generator, device="cuda", dtype=dtype)
+            for h, n in ((heads, q_len), (kv_heads, k_len), (kv_heads, k_len))]
+
+
+def test_dense_forward_passes_no_lse_it_does_not_write(launches):
+    q, k, v = inputs(1, 4, 2, 100, 130)
+    attention(q, k, v, is_causal=True, enable_gqa=True)
+    attention(q, k, v, softcap=20.0, enable_gqa=True)
+    attention(q, k, v, sinks=torch.randn(4, device="cuda"), enable_gqa=True)
+    passed = [arrays_passed(*launch) for launch in launches]
+    assert [p["Lse"] for p in passed] == [False] * 3
+    assert [p.get("Sinks") for p in passed] == [None, False, True]
+
+
+def test_fp8_forward_passes_no_lse_it_does_not_write(launches):
+    q, k, v = inputs(1, 4, 4, 100, 130)
+    (q8, _), (k8, _), (v8_t, _) = (to_fp8(t, transpose=t is v) for t in (q, k, v))
+    attention_fp8(q8, k8, v8_t)
+    attention_fp8(q8, k8, v8_t, return_lse=True)
+    assert [arrays_passed(*launch)["Lse"] for launch in launches] == [False, True]
+
+
+def test_variable_length_forward_passes_lse_and_sinks_only_when_asked(launches):
+    q, k, v = (t[0].transpose(0, 1).contiguous() for t in inputs(1, 4, 2, 100, 130))
+    cu_q, cu_k = (torch.tensor([0, 40, n], dtype=torch.int32, device="cuda") for n in (100, 130))
+    attention_varlen(q, k, v, cu_q, cu_k, 60, 90)
+    attention_varlen(q, k, v, cu_q, cu_k, 60, 90, return_lse=True,
+                     sinks=torch.randn(4, device="cuda"))
+    passed = [arrays_passed(*launch) for launch in launches]
+    assert [(p["Lse"], p["Sinks"]) for p in passed] == [(False, False), (True, True)]
+
+
+def test_decode_passes_only_the_arrays_of_its_lookups_and_splits(launches):
+    q, key_cache, value_cache = inputs(2, 8, 2, 1, 1024, head_dim=128)
+    lengths = torch.tensor([700, 1024], dtype=torch.int32, device="cuda")
+    attention_with_kvcache(q, key_cache, value_cache, num_splits=1)
+    attention_with_kvcache(q, key_cache, value_cache, lengths, num_splits=4, return_lse=True)
+    passed = [arrays_passed(*launch) for launch in launches]
+    assert [f.name for f, _ in launches] == ["decode", "decode", "decode merge_splits"]
+    assert [(p["KeyEnds"], p["Partial"], p["Lse"], p["BlockTable"]) for p in passed[:2]] == \
+        [(False, False, False, False), (True, True, True, False)]
+    assert passed[2]["Lse"]
