@@ -163,7 +163,9 @@ _PACKED_OF_POSITIONS = WeakIdKeyDictionary()
 def packed_sequences_of_positions(position_ids: torch.Tensor | None, q_len: int):
     """(cu_seqlens int32, longest) of one batch row of sequences packed end to end, found
     where positions do not go up by one (transformers' rule); None for one sequence per
-    row. Looks at the device once per forward (cached for the other layers)."""
+    row. Looks at the device once per forward (cached for the other layers): asked only
+    for a batch of one row, since a model hands its (1, q_len) positions to every row of a
+    larger batch too, where looking would stall the host once per forward for nothing."""
     if position_ids is None or position_ids.shape != (1, q_len) or q_len == 1:
         return None
     if not torch.compiler.is_compiling() and position_ids in _PACKED_OF_POSITIONS:
@@ -209,8 +211,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if kwargs.get("cu_seq_lens_q") is not None:
         packed = (kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["cu_seq_lens_k"].to(torch.int32),
                   int(kwargs["max_length_q"]), int(kwargs["max_length_k"]))
-    elif attention_mask is None and (found := packed_sequences_of_positions(
-            kwargs.get("position_ids"), q_len)) is not None:
+    elif attention_mask is None and query.shape[0] == 1 and (
+            found := packed_sequences_of_positions(kwargs.get("position_ids"), q_len)) is not None:
         packed = (found[0], found[0], found[1], found[1])
     decode = (q_len <= DECODE_MAX_QUERY and query.shape[-1] in kvcache.HEAD_DIMS
               and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS

@@ -367,3 +367,19 @@ def test_kvcache_variants_run_the_variable_length_kernel_on_the_cache(causal, he
             sinks=sinks)
         torch.testing.assert_close(out[b:b + 1], expected)
         torch.testing.assert_close(lse[b:b + 1], expected_lse)
+
+
+def test_a_batch_of_several_rows_is_not_searched_for_packed_sequences(monkeypatch,
+                                                                       kernels_on_the_cpu):
+    """A model passes its (1, q_len) positions with every batch; finding packed sequences in
+    them reads the device (a host stall per forward), which only a one-row batch needs."""
+    looked = []
+    search = backend.packed_sequences_of_positions
+    monkeypatch.setattr(backend, "packed_sequences_of_positions",
+                        lambda *args: looked.append(args) or search(*args))
+    q_len = backend.DECODE_MAX_QUERY + 1  # a prefill, for the dense kernel
+    positions = torch.arange(q_len)[None]
+    for batch in (2, 1):
+        q = torch.randn(batch, 2, q_len, 64)
+        backend.attention_forward(torch.nn.Module(), q, q, q, None, position_ids=positions)
+    assert len(looked) == 1 and kernels_on_the_cpu["forward"] == 2
