@@ -15,7 +15,7 @@ from .dropin import _check_variants, checked_once
 from .platforms.entry import DECODE_GUESS
 from .steps.decode import DecodeShape, decode_forward, kept, power_of_two_at_least
 from .steps.launcher import DTYPES, PADDED_HEAD_DIM_MULTIPLE, _check_devices, softmax_scale
-from .steps.variants import NO_VARIANTS, Variants
+from .steps.variants import Variants
 from .steps.varlen import SequenceBounds
 from .varlen import varlen_attention
 
@@ -242,8 +242,6 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
 
 def _check_variants_of(query, window_size, softcap, sinks) -> Variants:
     """The variants asked for, checked (NO_VARIANTS for none)."""
-    if window_size == (-1, -1) and softcap is None and sinks is None:
-        return NO_VARIANTS
     if sinks is not None:
         _check_devices([("query", query), ("sinks", sinks)])
     return _check_variants(query, window_size, softcap, sinks)
