@@ -213,7 +213,8 @@ _forward.register_autograd(_gradients, setup_context=_save_for_backward)
 def _check_variants(query, window_size, softcap, sinks) -> Variants:
     """The variants asked for, checked (NO_VARIANTS for none)."""
     if sinks is None and softcap is None and (window_size is None or (
-            type(window_size) is tuple and window_size == (-1, -1))):
+            window_size == (-1, -1) and type(window_size) is tuple
+            and type(window_size[0]) is int and type(window_size[1]) is int)):
         return NO_VARIANTS  # the defaults, at once: what nearly every call passes
     window = None
     if window_size is not None:

@@ -79,6 +79,7 @@ def test_flags_must_be_bools(argument, value):
                                             r"least 0, got \(-2, 0\)"),
     (dict(window_size=4), TypeError, r"window_size must be a pair of ints \(left, right\)"),
     (dict(window_size=(1.5, 0)), TypeError, "window_size must be a pair of ints"),
+    (dict(window_size=(-1.0, -1.0)), TypeError, "window_size must be a pair of ints"),
     (dict(softcap=0.0), ValueError, r"softcap must be a positive finite number \(None: no cap\)"),
     (dict(softcap=-3.0), ValueError, "softcap must be a positive finite number"),
     (dict(softcap="30"), TypeError, "softcap must be a float or None, got str"),
