@@ -34,7 +34,7 @@ from . import kvcache
 from .dropin import _check_variants, needs_grad, run_attention
 from .steps.variants import NO_VARIANTS
 from .steps.launcher import softmax_scale
-from .steps.varlen import SequenceBounds, packed_bounds
+from .steps.varlen import SequenceBounds
 from .varlen import varlen_attention
 
 NAME = "cutile_fmha"
@@ -226,7 +226,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         if query.shape[0] != 1:
             raise ValueError(f"packed sequences come in one batch row, got {query.shape[0]}")
         cu_q, cu_k, max_q, max_k = packed
-        out, _ = varlen_attention(query, key, value, packed_bounds(cu_q, cu_k), max_q,
+        out, _ = varlen_attention(query, key, value, SequenceBounds.packed(cu_q, cu_k), max_q,
                                   max_k, causal=causal, scale=scaling, variants=variants,
                                   sinks=sinks)
     elif attention_mask is not None:

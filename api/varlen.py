@@ -18,19 +18,21 @@ from .steps.family import UNUSED_ARRAY
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient
 from .steps.backward import row_dot
 from .steps.varlen import (ForwardPlan, SequenceBounds, forward_plan, new_output,
-                           packed_bounds, varlen_backward, varlen_forward)
+                           varlen_backward, varlen_forward)
 
 __all__ = ["attention_varlen"]
 
 
 # Custom operators, as the dense ones in dropin.py: one opaque call for torch.compile, with
-# autograd. The tensors are (batch rows, heads, rows, D), the bounds int32 per sequence.
+# autograd. The tensors are (batch rows, heads, rows, D), the bounds int32 per sequence
+# (SequenceBounds: with no ends, the starts are cumulative lengths).
 @torch.library.custom_op("cutile_fmha::varlen_forward", mutates_args=())
 def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-             query_starts: torch.Tensor, query_ends: torch.Tensor, key_starts: torch.Tensor,
-             key_ends: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-             scale: float, with_lse: bool, fill: float | None, sinks: torch.Tensor | None,
-             window_left: int, window_right: int, softcap: float
+             query_starts: torch.Tensor, query_ends: torch.Tensor | None,
+             key_starts: torch.Tensor, key_ends: torch.Tensor | None, max_seqlen_q: int,
+             max_seqlen_k: int, causal: bool, scale: float, with_lse: bool,
+             fill: float | None, sinks: torch.Tensor | None, window_left: int,
+             window_right: int, softcap: float
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse); lse is an empty tensor unless with_lse. max_seqlen_k sizes the
     backward's grid; `fill`: what rows outside every sequence hold (steps/varlen.py); the
@@ -53,10 +55,11 @@ def _(query, key, value, query_starts, query_ends, key_starts, key_ends, max_seq
 @torch.library.custom_op("cutile_fmha::varlen_backward", mutates_args=())
 def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
               value: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-              query_starts: torch.Tensor, query_ends: torch.Tensor, key_starts: torch.Tensor,
-              key_ends: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-              scale: float, fill: float | None, sinks: torch.Tensor | None, window_left: int,
-              window_right: int, softcap: float
+              query_starts: torch.Tensor, query_ends: torch.Tensor | None,
+              key_starts: torch.Tensor, key_ends: torch.Tensor | None, max_seqlen_q: int,
+              max_seqlen_k: int, causal: bool, scale: float, fill: float | None,
+              sinks: torch.Tensor | None, window_left: int, window_right: int,
+              softcap: float
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, dsinks: empty without sinks). Rows outside every sequence hold out 0
     (a padded batch's fill) or are none (packed), so they add nothing to dsinks."""
@@ -195,7 +198,7 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         # No keys at all: one zero row the bounds never reach keeps the launch (and the
         # gradient's path to key and value) as for any batch; every row gives 0.
         key, value = (torch.cat([t, t.new_zeros((1,) + t.shape[1:])]) for t in (key, value))
-    bounds = packed_bounds(cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous())
+    bounds = SequenceBounds.packed(cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous())
     rows = [_one_batch_row(t) if no_grad else t.transpose(0, 1)[None]
             for t in (query, key, value)]
     out, lse = varlen_attention(*rows, bounds, max_seqlen_q, max_seqlen_k, causal=is_causal,
@@ -237,7 +240,7 @@ def _launch_planned(call: _Call, query, key, value, cu_seqlens_q, cu_seqlens_k,
     the shape's plan launched on the packed tensors themselves, which the kernel sees as
     one batch row (a host view per tensor cost about 2 us; what the host spends per
     call is what a model's decoding step waits for)."""
-    bounds = packed_bounds(cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous())
+    bounds = SequenceBounds.packed(cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous())
     out = new_output(query, value.shape[-1])
     if call.plan is None:
         call.plan = forward_plan(*(_one_batch_row(t) for t in (query, key, value)), bounds,

@@ -4,8 +4,10 @@ A batch of sequences of different lengths comes two ways: packed end to end with
 padding (flash-attn's ``cu_seqlens``: one batch row holding every sequence) or padded to
 one length (a batch row per sequence, its tokens somewhere inside it: left or right
 padding). Both are a (batch rows, heads, rows, D) array and, per sequence s, the first and
-one-past-last row of its queries and of its keys (QueryStarts[s], QueryEnds[s], ...); a
-sequence lives in batch row s, or in row 0 when the array has only one.
+one-past-last row of its queries and of its keys (QueryStarts[s], QueryEnds[s], ...; under
+CUMULATIVE_BOUNDS the starts are flash-attn's cumulative lengths themselves, one entry per
+sequence and one more, and sequence s ends where s + 1 starts); a sequence lives in batch
+row s, or in row 0 when the array has only one.
 
 One CTA per (query tile, head, sequence) reads those four numbers, takes views of Q, K, V,
 Out and Lse that start at the sequence and end with it (``Array.slice``: no copy, the
@@ -40,12 +42,14 @@ from .step9_unmasked_loop import attend_query_tile
 from .step10_head_dim_tiling import output_chunks
 
 
-def sequence_bounds(Starts, Ends, sequence, rows):
-    """The sequence's first row and its number of rows, clamped to an axis of `rows` rows.
-    The first row of an empty sequence may be one before its start: a slice must start
-    inside the array, and an empty one starts anywhere."""
+def sequence_bounds(Starts, Ends, sequence, rows, CUMULATIVE: ConstBool):
+    """The sequence's first row and its number of rows, clamped to an axis of `rows` rows;
+    its end is Ends[sequence], or under CUMULATIVE Starts[sequence + 1] (Ends is then not
+    an array). The first row of an empty sequence may be one before its start: a slice
+    must start inside the array, and an empty one starts anywhere."""
     start = max(ct.gather(Starts, sequence), 0)
-    length = max(min(ct.gather(Ends, sequence), rows) - start, 0)
+    end = ct.gather(Starts, sequence + 1) if CUMULATIVE else ct.gather(Ends, sequence)
+    length = max(min(end, rows) - start, 0)
     return min(start, max(rows - 1, 0)), length
 
 
@@ -72,7 +76,7 @@ def one_batch_row(X, RANK: ConstInt):
 
 
 def forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
-                  WRITE_LSE: ConstBool):
+                  WRITE_LSE: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
     """The forward's arrays as views of one sequence, and its query and key counts. A
     packed batch may pass Q, K, V and Out as (tokens, heads, D) and Lse as (heads,
     tokens): the packed tensors themselves."""
@@ -80,8 +84,10 @@ def forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
         one_batch_row(Out, 4)
     if WRITE_LSE:
         Lse = one_batch_row(Lse, 3)
-    q_start, q_len = sequence_bounds(QueryStarts, QueryEnds, sequence, Q.shape[2])
-    k_start, k_len = sequence_bounds(KeyStarts, KeyEnds, sequence, K.shape[2])
+    q_start, q_len = sequence_bounds(QueryStarts, QueryEnds, sequence, Q.shape[2],
+                                     CUMULATIVE_BOUNDS)
+    k_start, k_len = sequence_bounds(KeyStarts, KeyEnds, sequence, K.shape[2],
+                                     CUMULATIVE_BOUNDS)
     Q = sequence_view(Q, sequence, q_start, q_len)
     Out = sequence_view(Out, sequence, q_start, q_len)
     if WRITE_LSE:  # else Lse is a placeholder of one element
@@ -112,12 +118,14 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
          qk_scale: float, softcap: float, window_left: int, window_right: int,
          TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
          TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool,
-         SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool):
+         SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool,
+         CUMULATIVE_BOUNDS: ConstBool):
     """Up to D=256: step 9's query tile, with the variants of kernels/variants.py (a
     window aligned to each sequence's last key, as the causal mask)."""
     head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, Out, Lse, q_len, k_len = forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds,
-                                                    KeyStarts, KeyEnds, sequence, WRITE_LSE)
+                                                    KeyStarts, KeyEnds, sequence, WRITE_LSE,
+                                                    CUMULATIVE_BOUNDS)
     num_q_tiles = ct.cdiv(q_len, TILE_M)
     no_keys = k_len == 0
     if SINKS:  # every row's weight is its sink's: the key loop gives 0 and the sink's LSE
@@ -137,14 +145,16 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
 def fmha_tiled_head_dim(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
                         qk_scale: float, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                         QUERY_GROUP: ConstInt, CAUSAL: ConstBool, TILE_K: ConstInt,
-                        TILE_V: ConstInt, WRITE_LSE: ConstBool, RESIDENT_QUERY: ConstBool):
+                        TILE_V: ConstInt, WRITE_LSE: ConstBool, RESIDENT_QUERY: ConstBool,
+                        CUMULATIVE_BOUNDS: ConstBool):
     """Past D=256: step 10's query tile, or with RESIDENT_QUERY step 11's, D / TILE_V CTAs
     side by side per query tile as in their dense grid."""
     head, sequence = ct.bid(1), ct.bid(2)
     slices = TILE_D // TILE_V
     out_slice = ct.bid(0) % slices
     Q, K, V, Out, Lse, q_len, k_len = forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds,
-                                                    KeyStarts, KeyEnds, sequence, WRITE_LSE)
+                                                    KeyStarts, KeyEnds, sequence, WRITE_LSE,
+                                                    CUMULATIVE_BOUNDS)
     num_q_tiles = ct.cdiv(q_len, TILE_M)
     for tile in range(ct.bid(0) // slices, num_q_tiles, ct.num_blocks(0) // slices):
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile
@@ -171,10 +181,12 @@ def store_nan(X, head, row_tile, ROWS: ConstInt, TILE_D: ConstInt, TILE_D_TAIL: 
 
 
 def backward_views(Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
-                   sequence):
+                   sequence, CUMULATIVE_BOUNDS: ConstBool):
     """The backward's inputs as views of one sequence, and its query and key bounds."""
-    q_start, q_len = sequence_bounds(QueryStarts, QueryEnds, sequence, Q.shape[2])
-    k_start, k_len = sequence_bounds(KeyStarts, KeyEnds, sequence, K.shape[2])
+    q_start, q_len = sequence_bounds(QueryStarts, QueryEnds, sequence, Q.shape[2],
+                                     CUMULATIVE_BOUNDS)
+    k_start, k_len = sequence_bounds(KeyStarts, KeyEnds, sequence, K.shape[2],
+                                     CUMULATIVE_BOUNDS)
     return (sequence_view(Q, sequence, q_start, q_len), sequence_view(K, sequence, k_start, k_len),
             sequence_view(V, sequence, k_start, k_len), sequence_view(dO, sequence, q_start, q_len),
             sequence_view(Lse, sequence, q_start, q_len),
@@ -186,10 +198,11 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, Key
          qk_scale: float, softcap: float, window_left: int, window_right: int,
          TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
          TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-         WINDOW: ConstBool):
+         WINDOW: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
     kv_head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
-        Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
+        Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
+        CUMULATIVE_BOUNDS)
     dK = sequence_view(dK, sequence, k_start, k_len)
     dV = sequence_view(dV, sequence, k_start, k_len)
     k_tile = ct.bid(0)
@@ -209,10 +222,11 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
        qk_scale: float, softcap: float, window_left: int, window_right: int,
        TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
        TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-       WINDOW: ConstBool):
+       WINDOW: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
     head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
-        Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence)
+        Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
+        CUMULATIVE_BOUNDS)
     dQ = sequence_view(dQ, sequence, q_start, q_len)
     num_q_tiles = ct.cdiv(q_len, TILE_M)
     tile = ct.bid(0)

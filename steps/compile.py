@@ -80,25 +80,29 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
                    write_lse: bool = False, query_group: int = 1,
                    entry: PlatformEntry | None = None,
                    variants: Variants = NO_VARIANTS,
-                   value_head_dim: int | None = None, packed_tensors: bool = False) -> bytes:
+                   value_head_dim: int | None = None, packed_tensors: bool = False,
+                   cumulative_bounds: bool = True) -> bytes:
     """The cubin of a variable-length kernel ("fmha" for the forward at any head dim, with
     `variants` up to D=256; "dkdv" or "dq", kernels/varlen.py, with their softcap and
     window) for `arch`, at the launch the launcher takes there; V's tile width
     `value_head_dim` (default head_dim, up to D=256). `packed_tensors`: the forward as a
-    packed call without gradients launches it, on the packed tensors (``packed``)."""
+    packed call without gradients launches it, on the packed tensors (``packed``).
+    `cumulative_bounds`: the bounds as cu_seqlens (attention_varlen's), else as starts and
+    ends per sequence (a padded batch's)."""
+    bounds = {"CUMULATIVE_BOUNDS": cumulative_bounds}
     if name == "fmha":
         kernel, family, constants = forward_kernel(entry or entry_for(arch), head_dim=head_dim,
                                                    causal=causal, query_group=query_group,
                                                    write_lse=write_lse, variants=variants,
                                                    value_head_dim=value_head_dim)
         return export_cubin(kernel, packed(family) if packed_tensors else family, dtype=dtype,
-                            constants=constants, arch=arch)
+                            constants=constants | bounds, arch=arch)
     launch, constants = gradient_launch(backward_entry_for(arch), name, head_dim,
                                         value_head_dim or head_dim, query_group=query_group,
                                         causal=causal, variants=variants)
     return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
-                        VARLEN_BACKWARD_FAMILIES[name], dtype=dtype, constants=constants,
-                        arch=arch)
+                        VARLEN_BACKWARD_FAMILIES[name], dtype=dtype,
+                        constants=constants | bounds, arch=arch)
 
 
 def compile_fp8(arch: str, *, head_dim: int, causal: bool, write_lse: bool = False,

@@ -31,18 +31,20 @@ class Tensor:
     """An array parameter; its dtype is the inputs' (None) or a fixed one. Its base address
     and strides are 16-byte aligned, as a PyTorch allocation of a typical size is, unless
     it may be a view that starts anywhere or has any row length (`aligned=False`: sequence
-    bounds as slices of cu_seqlens, a block table). `read_when`: the boolean constant
-    without which the kernels never touch it (None: always read); a launch then passes
-    UNUSED_ARRAY."""
+    bounds, a block table). `read_when`: the boolean constant without which the kernels
+    never touch it (None: always read); `read_unless`: the one with which they never do
+    (None: none); a launch then passes UNUSED_ARRAY."""
     name: str
     rank: int
     dtype: ct.DType | None = None
     aligned: bool = True
     read_when: str | None = None
+    read_unless: str | None = None
 
     def read(self, constants: dict) -> bool:
         """Whether a launch with these constants reads this array."""
-        return self.read_when is None or bool(constants[self.read_when])
+        return (self.read_when is None or bool(constants[self.read_when])) and \
+            (self.read_unless is None or not constants[self.read_unless])
 
     def constraint(self, input_dtype: ct.DType) -> ArrayConstraint:
         """Last dimension contiguous, other strides multiples of 16 bytes (of one element
@@ -220,10 +222,15 @@ FORWARD_TILED_HEAD_DIM = KernelFamily(
 # Variable-length batches (kernels/varlen.py). Q, K, V, Out, Lse are (batch rows, heads,
 # rows, D) as in the dense families, with every sequence packed in one batch row or each in
 # its own (padding). Each sequence s has rows QueryStarts[s]..QueryEnds[s]-1 of Q, Out and
-# Lse, and KeyStarts[s]..KeyEnds[s]-1 of K and V (int32, one per sequence). Under CAUSAL its
-# diagonal is aligned to its last key, so there is no query_offset. One CTA per TILE_M
-# query rows (dK/dV: TILE_N keys) of the longest sequence, per head and sequence.
-SEQUENCE_BOUNDS = tuple(Tensor(name, 1, ct.int32, aligned=False)
+# Lse, and KeyStarts[s]..KeyEnds[s]-1 of K and V (int32, one per sequence). Under
+# CUMULATIVE_BOUNDS, the last constant, the starts are flash-attn's cu_seqlens as they come
+# (one entry more than sequences) and sequence s ends at QueryStarts[s + 1] and
+# KeyStarts[s + 1]: the ends are not passed, two arrays fewer to convert per launch. Under
+# CAUSAL the diagonal is aligned to each sequence's last key, so there is no query_offset.
+# One CTA per TILE_M query rows (dK/dV: TILE_N keys) of the longest sequence, per head and
+# sequence.
+SEQUENCE_BOUNDS = tuple(Tensor(name, 1, ct.int32, aligned=False,
+                               read_unless="CUMULATIVE_BOUNDS" if name.endswith("Ends") else None)
                         for name in ("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds"))
 
 
@@ -234,18 +241,26 @@ def tiles_per_sequence(length: str, tile: str,
     gets is the kernels' (kernels/varlen.py): the forward strides through its tiles, the
     backward writes NaN past the grid."""
     return lambda values: (max(math.ceil(values[length] / values[tile]), 1),
-                           values[heads_of].shape[1], values["QueryStarts"].shape[0])
+                           values[heads_of].shape[1], sequences(values))
+
+
+def sequences(values: dict) -> int:
+    """How many sequences a variable-length launch's bounds hold."""
+    starts = values["QueryStarts"].shape[0]
+    return starts - 1 if values["CUMULATIVE_BOUNDS"] else starts
 
 
 def _varlen(family: KernelFamily, grid, extra_constants: tuple[str, ...] = ()) -> KernelFamily:
     """`family` over variable-length sequences: the sequence bounds after its tensors, no
-    query_offset, and `extra_constants` last."""
+    query_offset, and `extra_constants` and CUMULATIVE_BOUNDS last."""
     tensors = tuple(p for p in family.parameters if isinstance(p, Tensor))
     settings = tuple(p for p in family.parameters
                      if not isinstance(p, Tensor) and p.name != "query_offset")
     return KernelFamily(name=f"{family.name}, variable length",
                         parameters=tensors + SEQUENCE_BOUNDS + settings
-                        + tuple(Constant(name) for name in extra_constants), grid=grid)
+                        + tuple(Constant(name)
+                                for name in extra_constants + ("CUMULATIVE_BOUNDS",)),
+                        grid=grid)
 
 
 def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,

@@ -8,7 +8,6 @@ device tensor on the host: the grid comes from the shapes and the longest sequen
 caller names, so a launch never waits for the GPU and can be captured in a CUDA graph.
 """
 
-import functools
 from dataclasses import dataclass
 
 import cuda.tile as ct
@@ -59,39 +58,41 @@ def forward_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_g
 @dataclass(frozen=True)
 class SequenceBounds:
     """Per sequence, its first and one-past-last row of the queries and of the keys, int32
-    on the tensors' device (rows along axis 2 of its batch row)."""
+    on the tensors' device (rows along axis 2 of its batch row). With no ends (None, both),
+    the starts are flash-attn's cumulative lengths (one entry more than sequences):
+    sequence s ends where s + 1 starts (CUMULATIVE_BOUNDS in steps/family.py)."""
     query_starts: torch.Tensor
-    query_ends: torch.Tensor
+    query_ends: torch.Tensor | None
     key_starts: torch.Tensor
-    key_ends: torch.Tensor
+    key_ends: torch.Tensor | None
+
+    def __post_init__(self):
+        if (self.query_ends is None) != (self.key_ends is None):
+            raise ValueError("SequenceBounds: the query and key ends are both given or both "
+                             "None (cumulative starts)")
 
     @classmethod
     def packed(cls, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> "SequenceBounds":
-        """flash-attn's cumulative lengths: sequence s is rows cu[s]..cu[s+1]-1 (views, no
-        copy)."""
-        return cls(cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:])
+        """flash-attn's cumulative lengths: sequence s is rows cu[s]..cu[s+1]-1, read so
+        in the kernels (no views: each cost a few microseconds of host time)."""
+        return cls(cu_seqlens_q, None, cu_seqlens_k, None)
 
-    def tensors(self) -> tuple[torch.Tensor, ...]:
+    @property
+    def cumulative(self) -> bool:
+        return self.query_ends is None
+
+    def tensors(self) -> tuple[torch.Tensor | None, ...]:
         return self.query_starts, self.query_ends, self.key_starts, self.key_ends
 
     def values(self) -> dict:
-        """The kernels' arguments, by parameter name."""
-        return dict(zip(("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds"), self.tensors()))
-
-
-@functools.lru_cache(maxsize=16)
-def _remembered_packed_bounds(cu_seqlens_q: torch.Tensor,
-                              cu_seqlens_k: torch.Tensor) -> SequenceBounds:
-    return SequenceBounds.packed(cu_seqlens_q, cu_seqlens_k)
-
-
-def packed_bounds(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> SequenceBounds:
-    """``SequenceBounds.packed``, remembered for the last few pairs of tensors (tensors hash
-    by identity, and the cache holds them, so one cannot be taken for another): a model
-    passes the same cu_seqlens to every layer, and each view costs a few microseconds."""
-    if torch.compiler.is_compiling():
-        return SequenceBounds.packed(cu_seqlens_q, cu_seqlens_k)
-    return _remembered_packed_bounds(cu_seqlens_q, cu_seqlens_k)
+        """The kernels' arguments, by parameter name: the arrays and CUMULATIVE_BOUNDS."""
+        if self.query_ends is None:
+            return {"QueryStarts": self.query_starts, "QueryEnds": UNUSED_ARRAY,
+                    "KeyStarts": self.key_starts, "KeyEnds": UNUSED_ARRAY,
+                    "CUMULATIVE_BOUNDS": True}
+        return {"QueryStarts": self.query_starts, "QueryEnds": self.query_ends,
+                "KeyStarts": self.key_starts, "KeyEnds": self.key_ends,
+                "CUMULATIVE_BOUNDS": False}
 
 
 def new_output(q: torch.Tensor, head_dim: int) -> torch.Tensor:

@@ -78,9 +78,17 @@ def reference_kvcache(query, key_cache, value_cache, cache_seqlens=None, *, cach
     return out
 
 
+def _bound_lists(bounds):
+    """(query starts, query ends, key starts, key ends) of SequenceBounds, as lists."""
+    if bounds.cumulative:
+        cu_q, cu_k = bounds.query_starts.tolist(), bounds.key_starts.tolist()
+        return cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:]
+    return [t.tolist() for t in bounds.tensors()]
+
+
 def _sequences(q, k, bounds):
     """Per sequence: (q batch row, query rows, k batch row, key rows), read on the host."""
-    for s, (qs, qe, ks, ke) in enumerate(zip(*(t.tolist() for t in bounds.tensors()))):
+    for s, (qs, qe, ks, ke) in enumerate(zip(*_bound_lists(bounds))):
         yield min(s, q.shape[0] - 1), slice(qs, qe), min(s, k.shape[0] - 1), slice(ks, ke)
 
 

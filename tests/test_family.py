@@ -61,9 +61,12 @@ def test_variable_length_grid_is_longest_sequence_tiles_by_heads_by_sequences():
     bounds = {name: torch.empty(7, dtype=torch.int32, device="meta")
               for name in ("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds")}
     values = {"Q": q, **bounds, **forward_constants(64, TileShape(128, 64), causal=True,
-                                                    write_lse=False)}
+                                                    write_lse=False), "CUMULATIVE_BOUNDS": False}
     assert FORWARD_VARLEN.grid(values | {"max_seqlen_q": 1000}) == (8, 8, 7)
     assert FORWARD_VARLEN.grid(values | {"max_seqlen_q": 0}) == (1, 8, 7)  # at least one
+    # cu_seqlens: one entry more than sequences
+    assert FORWARD_VARLEN.grid(values | {"max_seqlen_q": 1000, "CUMULATIVE_BOUNDS": True}) == \
+        (8, 8, 6)
 
 
 def test_arguments_follow_the_parameter_order_and_refuse_missing_values():
@@ -118,12 +121,15 @@ def test_an_array_is_left_unread_only_under_a_boolean_constant_of_its_family():
     for family in ALL_FAMILIES:
         constants = {p.name for p in family.parameters if isinstance(p, Constant)}
         for p in family.parameters:
-            if isinstance(p, Tensor) and p.read_when is not None:
-                assert p.read_when in constants, (family.name, p.name)
+            switches = {p.read_when, p.read_unless} - {None} if isinstance(p, Tensor) else ()
+            if switches:
+                assert switches <= constants, (family.name, p.name)
                 unread.setdefault(family.name, set()).add(p.name)
     assert unread["decode"] == {"Lse", "Partial", "PartialLse", "KeyStarts", "KeyEnds",
                                 "BlockTable", "Sinks"}
     assert unread["forward"] == {"Lse"} and unread["forward, variants"] == {"Lse", "Sinks"}
+    # with cu_seqlens, the variable-length kernels read no ends
+    assert unread["backward dkdv, variable length"] == {"QueryEnds", "KeyEnds"}
     assert "backward dkdv" not in unread  # the backward reads every array it takes
 
 
@@ -138,3 +144,13 @@ def test_an_unread_array_compiles_as_the_int_scalar_a_launch_passes():
                      "KeyStarts": ScalarConstraint, "KeyEnds": ArrayConstraint,
                      "BlockTable": ScalarConstraint, "Sinks": ScalarConstraint}
     assert isinstance(UNUSED_ARRAY, int)  # what ct.launch takes for an int32 scalar
+
+
+def test_cumulative_bounds_compile_the_ends_as_the_int_scalar_a_launch_passes():
+    constants = {p.name: False for p in DQ_VARLEN.parameters if isinstance(p, Constant)}
+    for cumulative, ends in ((True, ScalarConstraint), (False, ArrayConstraint)):
+        signature = DQ_VARLEN.signature(ct.bfloat16, constants | {"CUMULATIVE_BOUNDS": cumulative})
+        kinds = {p.name: type(c) for p, c in zip(DQ_VARLEN.parameters, signature.parameters)
+                 if p.name.startswith(("Query", "Key"))}
+        assert kinds == {"QueryStarts": ArrayConstraint, "QueryEnds": ends,
+                         "KeyStarts": ArrayConstraint, "KeyEnds": ends}

@@ -132,15 +132,19 @@ def test_one_view_per_packed_tensor_is_the_transposed_batch_row():
         assert row.stride()[1:] == t.transpose(0, 1)[None].stride()[1:]
 
 
-def test_views_of_cu_seqlens_are_made_once_per_pair_of_tensors():
-    from cutile_fmha.steps.varlen import packed_bounds
+def test_cu_seqlens_go_to_the_kernels_as_they_are_and_their_ends_are_not_passed():
+    from cutile_fmha.steps.family import UNUSED_ARRAY
+    from cutile_fmha.steps.varlen import SequenceBounds
 
     cu_q, cu_k = cu(), cu()
-    bounds = packed_bounds(cu_q, cu_k)
-    assert packed_bounds(cu_q, cu_k) is bounds  # every layer of a model passes the same ones
-    assert packed_bounds(cu(), cu_k) is not bounds  # equal values, another tensor
-    cu_q[1] = 6  # views: a change in place is seen
-    assert bounds.query_ends[0] == 6 and bounds.query_starts[1] == 6
+    values = SequenceBounds.packed(cu_q, cu_k).values()
+    assert values["QueryStarts"] is cu_q and values["KeyStarts"] is cu_k  # no views
+    assert values["QueryEnds"] is UNUSED_ARRAY and values["KeyEnds"] is UNUSED_ARRAY
+    assert values["CUMULATIVE_BOUNDS"] is True
+    separate = SequenceBounds(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:]).values()
+    assert separate["CUMULATIVE_BOUNDS"] is False and separate["KeyEnds"] is not UNUSED_ARRAY
+    with pytest.raises(ValueError, match="both given or both None"):
+        SequenceBounds(cu_q, None, cu_k[:-1], cu_k[1:])
 
 
 @pytest.mark.parametrize("options,error,message", [
