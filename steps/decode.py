@@ -93,10 +93,9 @@ class DecodePlan:
         if self.split_buffer_shape is None:
             return UNUSED_ARRAY, UNUSED_ARRAY
 
-        def make():
-            partial = torch.empty(self.split_buffer_shape, dtype=torch.float32,
-                                  device=self.device)
-            return partial, partial[..., 0].clone()
+        def make():  # two allocations, no kernel (a clone would be one in a CUDA graph)
+            return tuple(torch.empty(shape, dtype=torch.float32, device=self.device)
+                         for shape in (self.split_buffer_shape, self.split_buffer_shape[:-1]))
         return kept(self.buffers_by_stream, stream, make, keep)
 
 
