@@ -142,7 +142,8 @@ def test_one_rank_is_plain_attention(one_rank_group):
     (2, []), (3, []), (4, []), (8, []),
     (3, ["--bfloat16"]),  # float32 accumulators, dK/dV's last hop in bfloat16
     (4, ["--group-size", "2"]),  # two rings of two ranks in their own process groups
-], ids=["2", "3", "4", "8", "3-bfloat16", "4-two-rings-of-2"])
+    (4, ["--against-rings-of", "2"]),  # a ring of four against two rings of two
+], ids=["2", "3", "4", "8", "3-bfloat16", "4-two-rings-of-2", "4-against-rings-of-2"])
 def test_the_ring_over_gloo_matches_the_whole_sequence(processes, options):
     """Forward, LSE and gradients of every rank's shard, causal and not, GQA: each rank
     checks itself and exits non-zero on a mismatch."""
