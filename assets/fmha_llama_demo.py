@@ -17,7 +17,11 @@ downloaded), registers cuTile FMHA as ``attn_implementation="cutile_fmha"``, and
    (positions restart at each sequence), a few AdamW steps as in 3;
 5. generate(): greedy decoding of --new-tokens after the left-padded prompts, each
    model's time and how many tokens agree; where they differ, the first differing token
-   must be a near-tie in SDPA's logits (within --logit-tolerance of the best).
+   must be a near-tie in SDPA's logits (within --logit-tolerance of the best). With
+   --cache dynamic (the default), transformers' DynamicCache, run eagerly: the host's
+   Python per token bounds it. With --cache static, a StaticCache and the decoding step
+   compiled into CUDA graphs (torch.compile, fullgraph, mode="reduce-overhead"), as a
+   serving loop runs it: the GPU's time bounds it.
 Each time is the median of rounds in which the two models take turns, each round starting
 with the other (--rounds for 1, 2 and 5; a training step per round for 3 and 4).
 Exits non-zero when logits differ by more than --logit-tolerance (relative to the largest
@@ -66,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="rounds of the prefill and generate() timings")
     parser.add_argument("--new-tokens", type=measure.positive_int, default=32,
                         help="tokens generate() adds after the left-padded prompts")
+    parser.add_argument("--cache", default="dynamic", choices=("dynamic", "static"),
+                        help="generate()'s KV cache: DynamicCache, eager; or StaticCache "
+                             "with the decoding step in CUDA graphs (see above)")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(measure.DTYPES))
     parser.add_argument("--logit-tolerance", type=float, default=2e-2,
                         help="largest |logit difference| allowed, over the largest |logit|")
@@ -245,6 +252,17 @@ def packed(tokens: torch.Tensor, mask: torch.Tensor) -> dict:
     return {"input_ids": torch.cat(rows)[None], "position_ids": torch.cat(positions)[None]}
 
 
+def configure_generation(model, cache: str) -> None:
+    """generate()'s cache for --cache: transformers' default (dynamic), or a StaticCache
+    with the decoding step compiled into CUDA graphs (static)."""
+    from transformers import CompileConfig
+
+    static = cache == "static"
+    model.generation_config.cache_implementation = "static" if static else None
+    model.generation_config.compile_config = \
+        CompileConfig(fullgraph=True, mode="reduce-overhead") if static else None
+
+
 def generate(model, tokens, mask, new_tokens: int):
     return model.generate(tokens, attention_mask=mask, max_new_tokens=new_tokens,
                           min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
@@ -286,6 +304,8 @@ def run(args, device, dtype: torch.dtype | None = None) -> dict:
         padded_prefill = seconds_in_turns(
             {name: lambda model=model: model(padded, attention_mask=mask)
              for name, model in models}, device, args.rounds)
+        for _, model in models:
+            configure_generation(model, args.cache)
         generations = {name: generate(model, padded, mask, args.new_tokens)
                        for name, model in models}
         generate_seconds = seconds_in_turns(
@@ -364,7 +384,8 @@ def report(result: dict, args) -> tuple[str, bool]:
                  + f"; {reference}'s first loss {result['packed_losses'][reference][0]:.3f}")
     lines += timing_lines(result["packed_tokens_per_second"], reference,
                           unit="real tokens/s")
-    lines.append(f"generate() of {args.new_tokens} tokens after the left-padded prompts: "
+    lines.append(f"generate() of {args.new_tokens} tokens after the left-padded prompts "
+                 f"({args.cache} cache): "
                  f"{generated['agreeing']}/{generated['tokens']} tokens agree with "
                  f"{reference}'s"
                  + (f"; {generated['rows_differing']} rows differ, from "

@@ -151,6 +151,24 @@ def test_demo_builds_llama_gemma2_and_gpt_oss_like_models():
         demo.parse_args(["--architecture", "mistral"])
 
 
+def test_demo_generates_with_a_dynamic_or_a_static_compiled_cache():
+    from cutile_fmha.assets import fmha_llama_demo as demo
+
+    model = demo.build_models(demo.parse_args(["--layers", "1", "--hidden-size", "64",
+                                               "--heads", "4", "--kv-heads", "2",
+                                               "--vocab-size", "128"]), "cpu",
+                              torch.float32)[0]
+    assert demo.parse_args([]).cache == "dynamic"
+    demo.configure_generation(model, "static")
+    config = model.generation_config
+    assert config.cache_implementation == "static"
+    assert config.compile_config.mode == "reduce-overhead" and config.compile_config.fullgraph
+    demo.configure_generation(model, "dynamic")
+    assert config.cache_implementation is None and config.compile_config is None
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--cache", "offloaded"])
+
+
 def test_fp8_benchmark_defaults():
     args = fp8.parse_args([])
     assert (args.batch, args.head_dims, args.seq_lens) == (4, [128, 256], [4096, 8192, 16384])
