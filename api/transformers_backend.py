@@ -14,7 +14,10 @@ DECODE_MAX_QUERY new tokens, no gradient) run the decode kernel of
   StaticCache): the 2-D padding mask, which ``padding_mask`` (registered with
   AttentionMaskInterface) hands over instead of a 4-D one. Each sequence's first and last
   token come from it on the device, once per forward, and the variable-length kernel runs
-  the padded tensors in place: no unpadding copy, no host synchronisation per layer;
+  the padded tensors in place: no unpadding copy, no host synchronisation per layer. A
+  decoding step of one token gets it as SDPA's boolean key mask (batch, 1, 1, keys) over
+  the whole cache instead, whose shape does not grow with a StaticCache: a step compiled
+  with mode="reduce-overhead" is one CUDA graph, not one per length;
 - packed batches (padding-free training): ``cu_seq_lens_q/k`` and ``max_length_q/k`` when
   transformers passes them (DataCollatorWithFlattening), else positions that restart at 0
   in ``position_ids``.
@@ -120,18 +123,42 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
     # As flash-attention's: the last kv_length tokens; a StaticCache's mask may be shorter
     # than its kv_length (the cache's unused slots are not in it).
     attention_mask = attention_mask[:, -kv_length:].bool()
-    starts_of_runs = attention_mask[:, :1].sum(-1) + \
-        (attention_mask[:, 1:] & ~attention_mask[:, :-1]).sum(-1)
+    padded = _check_one_run(attention_mask)
+    if padded is False and attention_mask.shape[1] == kv_length:
+        return None
+    if q_length == 1:
+        # A decoding step. With a StaticCache the mask covers the tokens so far, one more
+        # each step, up to the whole cache. As SDPA's 4-D key mask over the whole cache (its
+        # unused slots are no keys), which transformers hands on as it is, its shape stays
+        # the same from step to step, the last included: a compiled step is one CUDA graph,
+        # not one per length.
+        unused = kv_length - attention_mask.shape[1]
+        key_mask = torch.nn.functional.pad(attention_mask, (0, unused))[:, None, None, :]
+        if not torch.compiler.is_compiling():
+            _CHECKED_KEY_MASKS[key_mask] = True
+        return key_mask
+    return attention_mask
+
+
+def _check_one_run(mask: torch.Tensor) -> bool | None:
+    """Raises ValueError where a row of the 2-D boolean `mask` has padding between real
+    tokens (in a compiled graph: a device assert, no look at the device); returns whether
+    any token is padding (None in a graph)."""
+    starts_of_runs = mask[:, :1].sum(-1) + (mask[:, 1:] & ~mask[:, :-1]).sum(-1)
     holes = (starts_of_runs > 1).any()
-    if torch.compiler.is_compiling():  # no look at the device in a graph: a device assert
+    if torch.compiler.is_compiling():
         torch._assert_async(~holes, "attention_mask has padding between real tokens: cuTile "
                                     f"FMHA supports {SUPPORTED_MASKS} (left or right padding)")
-        return attention_mask
-    holes, padded = torch.stack([holes, (~attention_mask).any()]).tolist()
+        return None
+    holes, padded = torch.stack([holes, (~mask).any()]).tolist()
     if holes:
-        raise ValueError("attention_mask has padding between real tokens: cuTile FMHA supports "
-                         f"{SUPPORTED_MASKS} (left or right padding)")
-    return attention_mask if padded or attention_mask.shape[1] < kv_length else None
+        raise ValueError("attention_mask has padding between real tokens: cuTile FMHA "
+                         f"supports {SUPPORTED_MASKS} (left or right padding)")
+    return padded
+
+
+# Key masks made by padding_mask, checked there: a key mask from elsewhere is checked once.
+_CHECKED_KEY_MASKS = WeakIdKeyDictionary()
 
 
 # Sequence bounds per padding mask and query length: the mask is made once per forward and
@@ -139,17 +166,30 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
 _BOUNDS_OF_MASK = WeakIdKeyDictionary()
 
 
+def is_key_mask(mask: torch.Tensor, query: torch.Tensor, k_len: int) -> bool:
+    """Whether `mask` is a boolean key mask (batch, 1, 1, k_len) for one query row, as SDPA
+    takes it (True: a key to attend to): `padding_mask`'s form for a StaticCache's step."""
+    return (mask.dim() == 4 and mask.dtype == torch.bool and query.shape[2] == 1
+            and tuple(mask.shape) == (query.shape[0], 1, 1, k_len))
+
+
 def bounds_of_padding(mask: torch.Tensor, q_len: int) -> SequenceBounds:
     """Each row's real tokens (one run: `padding_mask` checked) as sequence bounds: keys are
-    the mask's columns, queries the last q_len of them."""
+    the mask's columns, queries the last q_len of them; for a key mask (``is_key_mask``),
+    the query is each row's last key."""
     cached = _BOUNDS_OF_MASK.get(mask, {}) if not torch.compiler.is_compiling() else {}
     if q_len in cached:
         return cached[q_len]
-    counts = mask.sum(-1, dtype=torch.int32)
-    key_starts = mask.int().argmax(-1).to(torch.int32)
+    key_mask = mask.dim() == 4
+    rows = mask[:, 0, 0] if key_mask else mask
+    if key_mask and (torch.compiler.is_compiling() or mask not in _CHECKED_KEY_MASKS):
+        _check_one_run(rows)
+    counts = rows.sum(-1, dtype=torch.int32)
+    key_starts = rows.int().argmax(-1).to(torch.int32)
     key_starts = torch.where(counts > 0, key_starts, 0)
     key_ends = key_starts + counts
-    before_queries = mask.shape[1] - q_len  # mask columns before the first query's
+    # mask columns before the first query's
+    before_queries = key_ends - q_len if key_mask else rows.shape[1] - q_len
     bounds = SequenceBounds((key_starts - before_queries).clamp(0, q_len),
                             (key_ends - before_queries).clamp(0, q_len), key_starts, key_ends)
     if not torch.compiler.is_compiling():
@@ -202,9 +242,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         is_causal = getattr(module, "is_causal", True)
     q_len, k_len = query.shape[2], key.shape[2]
     causal = is_causal and q_len > 1  # a single query sees every key before it anyway
-    if attention_mask is not None and attention_mask.dim() != 2:
+    if attention_mask is not None and attention_mask.dim() != 2 and \
+            not is_key_mask(attention_mask, query, k_len):
         raise ValueError(f"cuTile FMHA supports {SUPPORTED_MASKS}, as transformers hands them "
-                         f"to it (a 2-D padding mask or none); got a mask of shape "
+                         f"to it (a 2-D padding mask, or for one query row a boolean key mask "
+                         f"(batch, 1, 1, keys), or none); got a mask of shape "
                          f"{tuple(getattr(attention_mask, 'shape', ()))} (a custom mask?): use "
                          f"another attn_implementation for it")
     packed = None

@@ -78,23 +78,23 @@ def test_generate_with_a_static_cache_compiled_into_cuda_graphs(models, monkeypa
     monkeypatch.setattr(kvcache, "decode_forward",
                         lambda *args, **kwargs: launches.append(1) or decode_forward(*args,
                                                                                     **kwargs))
-    torch._dynamo.reset()
-    counters.clear()
     tokens, mask = padded_batch("left")
     generations = []
     for model in models:
+        torch._dynamo.reset()
+        counters.clear()
         model.generation_config.cache_implementation = "static"
         model.generation_config.compile_config = CompileConfig(fullgraph=True,
                                                                mode="reduce-overhead")
         generations.append(generate(model, tokens, mask, 24))
         model.generation_config.compile_config = None
+        # The decoding steps ran compiled as one graph (the key mask keeps the step's
+        # shapes: no recompile per cache length), as CUDA graphs.
+        assert counters["stats"]["unique_graphs"] == 1
+        assert counters["inductor"]["cudagraph_skips"] == 0
     compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
     assert compared["all_near_ties"], compared
-    # The decoding steps ran compiled in one graph each way (fullgraph: a recompile past
-    # the limit raises), as CUDA graphs, through the decode kernel.
-    assert counters["stats"]["unique_graphs"] >= 1
-    assert counters["inductor"]["cudagraph_skips"] == 0
-    assert launches
+    assert launches  # through the decode kernel
 
 
 def test_packed_training_batch_gives_the_padded_batchs_loss_and_gradients():

@@ -34,9 +34,19 @@ def test_the_mask_it_registers_hands_over_padding_only():
     left[1, :2] = False
     assert torch.equal(backend.padding_mask(2, 6, 6, mask_function=causal_mask_function,
                                             attention_mask=left.long()), left)
-    # A StaticCache: the mask is shorter than the cache, which it bounds even unpadded.
-    assert torch.equal(backend.padding_mask(2, 1, 9, mask_function=causal_mask_function,
+    # A StaticCache: the mask is shorter than the cache, which it bounds even unpadded; at
+    # a decoding step, as a key mask over the whole cache (the same shape every step).
+    assert torch.equal(backend.padding_mask(2, 6, 9, mask_function=causal_mask_function,
                                             attention_mask=ones), ones)
+    wide = torch.ones(2, 9, dtype=torch.bool)
+    wide[1, :2] = False
+    for seen in (5, 6, 9):  # up to the cache's last slot
+        key_mask = backend.padding_mask(2, 1, 9, mask_function=causal_mask_function,
+                                        attention_mask=wide[:, :seen])
+        assert key_mask.shape == (2, 1, 1, 9) and key_mask.dtype == torch.bool
+        assert key_mask[:, 0, 0].tolist() == [[True] * seen + [False] * (9 - seen),
+                                              [False] * 2 + [True] * (seen - 2) +
+                                              [False] * (9 - seen)]
 
 
 def test_the_mask_compiles_into_one_graph_and_still_refuses_other_masks():
@@ -51,7 +61,8 @@ def test_the_mask_compiles_into_one_graph_and_still_refuses_other_masks():
     left = torch.ones(2, 6, dtype=torch.bool)
     left[1, :2] = False
     compiled = torch.compile(mask_of, fullgraph=True, backend="eager")
-    assert torch.equal(compiled(left, causal_mask_function), left)
+    assert torch.equal(compiled(left, causal_mask_function), left[:, None, None])
+    assert torch.equal(compiled(left[:, :5], causal_mask_function)[:, 0, 0, :5], left[:, :5])
     with pytest.raises(Exception, match="sliding_window_bidirectional_overlay"):
         compiled(left, sliding_window_bidirectional_overlay(2))
 
@@ -73,6 +84,13 @@ def test_a_mask_with_holes_or_other_shapes_raises():
     q = torch.zeros(1, 2, 4, 64)
     with pytest.raises(ValueError, match=r"got a mask of shape \(1, 1, 4, 4\)"):
         backend.attention_forward(torch.nn.Module(), q, q, q, torch.ones(1, 1, 4, 4))
+    # A key mask (batch, 1, 1, keys) is taken for one query row only, and in one run.
+    key_mask = torch.ones(1, 1, 1, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"got a mask of shape \(1, 1, 1, 4\)"):
+        backend.attention_forward(torch.nn.Module(), q, q, q, key_mask)
+    key_mask[..., 1] = False
+    with pytest.raises(ValueError, match="padding between real tokens"):
+        backend.attention_forward(torch.nn.Module(), q[:, :, :1], q, q, key_mask)
 
 
 def test_sequence_bounds_of_left_and_right_padding():
@@ -85,6 +103,11 @@ def test_sequence_bounds_of_left_and_right_padding():
     bounds = backend.bounds_of_padding(mask, 1)  # decoding: the query is the last column
     assert [t.tolist() for t in bounds.tensors()[:2]] == [[0, 0, 0, 0], [1, 0, 1, 0]]
     assert backend.bounds_of_padding(mask, 1) is bounds  # once per mask, not per layer
+    # A StaticCache's step: a key mask over the cache, the query each row's newest key.
+    unused = torch.zeros(4, 2, dtype=torch.bool)
+    bounds = backend.bounds_of_padding(torch.cat([mask, unused], 1)[:, None, None], 1)
+    assert [t.tolist() for t in bounds.tensors()] == [[0, 0, 0, 1], [1, 1, 1, 1],
+                                                      [2, 0, 0, 0], [5, 3, 5, 0]]
 
 
 def test_packed_sequences_from_positions():
