@@ -135,7 +135,7 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
         unused = kv_length - attention_mask.shape[1]
         key_mask = torch.nn.functional.pad(attention_mask, (0, unused))[:, None, None, :]
         if not torch.compiler.is_compiling():
-            _CHECKED_KEY_MASKS[key_mask] = True
+            _BOUNDS_OF_MASK[key_mask] = {}  # checked above
         return key_mask
     return attention_mask
 
@@ -157,12 +157,10 @@ def _check_one_run(mask: torch.Tensor) -> bool | None:
     return padded
 
 
-# Key masks made by padding_mask, checked there: a key mask from elsewhere is checked once.
-_CHECKED_KEY_MASKS = WeakIdKeyDictionary()
-
-
-# Sequence bounds per padding mask and query length: the mask is made once per forward and
-# handed to every layer, so the bounds are computed once too.
+# Per mask checked to be one run of real tokens per row, its sequence bounds per query
+# length: the mask is made once per forward and handed to every layer, so the bounds are
+# computed once too. padding_mask enters the key masks it makes; a key mask from elsewhere
+# is checked the first time it is seen.
 _BOUNDS_OF_MASK = WeakIdKeyDictionary()
 
 
@@ -177,12 +175,12 @@ def bounds_of_padding(mask: torch.Tensor, q_len: int) -> SequenceBounds:
     """Each row's real tokens (one run: `padding_mask` checked) as sequence bounds: keys are
     the mask's columns, queries the last q_len of them; for a key mask (``is_key_mask``),
     the query is each row's last key."""
-    cached = _BOUNDS_OF_MASK.get(mask, {}) if not torch.compiler.is_compiling() else {}
-    if q_len in cached:
+    cached = None if torch.compiler.is_compiling() else _BOUNDS_OF_MASK.get(mask)
+    if cached and q_len in cached:
         return cached[q_len]
     key_mask = mask.dim() == 4
     rows = mask[:, 0, 0] if key_mask else mask
-    if key_mask and (torch.compiler.is_compiling() or mask not in _CHECKED_KEY_MASKS):
+    if key_mask and cached is None:
         _check_one_run(rows)
     counts = rows.sum(-1, dtype=torch.int32)
     key_starts = rows.int().argmax(-1).to(torch.int32)

@@ -85,14 +85,12 @@ class SequenceBounds:
         return self.query_starts, self.query_ends, self.key_starts, self.key_ends
 
     def values(self) -> dict:
-        """The kernels' arguments, by parameter name: the arrays and CUMULATIVE_BOUNDS."""
-        if self.query_ends is None:
-            return {"QueryStarts": self.query_starts, "QueryEnds": UNUSED_ARRAY,
-                    "KeyStarts": self.key_starts, "KeyEnds": UNUSED_ARRAY,
-                    "CUMULATIVE_BOUNDS": True}
-        return {"QueryStarts": self.query_starts, "QueryEnds": self.query_ends,
-                "KeyStarts": self.key_starts, "KeyEnds": self.key_ends,
-                "CUMULATIVE_BOUNDS": False}
+        """The kernels' arguments, by parameter name: the arrays (UNUSED_ARRAY for absent
+        ends) and CUMULATIVE_BOUNDS."""
+        names = ("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds")
+        return {name: UNUSED_ARRAY if t is None else t
+                for name, t in zip(names, self.tensors())} | \
+            {"CUMULATIVE_BOUNDS": self.cumulative}
 
 
 def new_output(q: torch.Tensor, head_dim: int) -> torch.Tensor:
