@@ -152,6 +152,13 @@ def _cached_plan(shape: DecodeShape, device: torch.device,
                        early_merge=torch.cuda.get_device_capability(device) >= (9, 0))
 
 
+# The arrays of the two launches as decode_forward has them (tuples, not dicts: a
+# decoding step pays each microsecond of host time per layer), in the families' order.
+_DECODE_ARRAYS = DECODE.tensors_from(("Q", "K", "V", "Out", "Lse", "Partial", "PartialLse",
+                                      "KeyStarts", "KeyEnds", "BlockTable", "Sinks"))
+_MERGE_ARRAYS = MERGE_SPLITS.tensors_from(("Partial", "PartialLse", "Out", "Lse"))
+
+
 def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: float,
                    key_starts=None, key_ends=None, block_table=None, sinks=None,
                    launch: DecodeLaunch | None = None, keep_buffers: bool = True):
@@ -168,16 +175,13 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if shape.write_lse \
         else UNUSED_ARRAY
-    tensors = {"Q": q, "K": key_cache, "V": value_cache, "Out": out, "Lse": lse,
-               "Partial": partial, "PartialLse": partial_lse,
-               "KeyStarts": UNUSED_ARRAY if key_starts is None else key_starts,
-               "KeyEnds": UNUSED_ARRAY if key_ends is None else key_ends,
-               "BlockTable": UNUSED_ARRAY if block_table is None else block_table,
-               "Sinks": sinks_argument(sinks)}
-    ct.launch(stream, plan.grid, plan.kernel, DECODE.tensors(tensors) + plan.settings(scale))
+    arrays = (q, key_cache, value_cache, out, lse, partial, partial_lse,
+              UNUSED_ARRAY if key_starts is None else key_starts,
+              UNUSED_ARRAY if key_ends is None else key_ends,
+              UNUSED_ARRAY if block_table is None else block_table, sinks_argument(sinks))
+    ct.launch(stream, plan.grid, plan.kernel, _DECODE_ARRAYS(arrays) + plan.settings(scale))
     if plan.split_buffer_shape is not None:
-        merge = {"Partial": partial, "PartialLse": partial_lse, "Out": out, "Lse": lse}
         ct.launch(stream, plan.merge_grid, kernels.merge_splits,
-                  MERGE_SPLITS.tensors(merge) + plan.merge_settings,
+                  _MERGE_ARRAYS((partial, partial_lse, out, lse)) + plan.merge_settings,
                   programmatic_dependent_launch=plan.early_merge)
     return out, lse if shape.write_lse else None

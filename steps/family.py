@@ -119,6 +119,15 @@ class KernelFamily:
         """``arguments``' first part, the arrays: what changes from call to call."""
         return self._picked(self._pick_tensors, values)
 
+    def tensors_from(self, names: tuple[str, ...]) -> Callable[[tuple], tuple]:
+        """A picker of the arrays in this family's order out of a tuple of arrays named
+        `names`: for a plan made once that launches its arrays positionally (no dict per
+        call)."""
+        missing = [name for name in self.tensor_names if name not in names]
+        if missing:
+            raise KeyError(f"{self.name} kernels take {self.tensor_names}, got no {missing}")
+        return operator.itemgetter(*(names.index(name) for name in self.tensor_names))
+
     def settings(self, values: dict) -> tuple:
         """``arguments``' second part, after the arrays (scalars and constants): what a
         plan made once per shape keeps, so that a call is ``tensors(...) + settings``."""

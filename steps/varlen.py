@@ -9,6 +9,7 @@ caller names, so a launch never waits for the GPU and can be captured in a CUDA 
 """
 
 from dataclasses import dataclass
+from typing import Callable
 
 import cuda.tile as ct
 import torch
@@ -81,16 +82,26 @@ class SequenceBounds:
     def cumulative(self) -> bool:
         return self.query_ends is None
 
+    NAMES = ("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds")  # the kernels' parameters
+
     def tensors(self) -> tuple[torch.Tensor | None, ...]:
         return self.query_starts, self.query_ends, self.key_starts, self.key_ends
 
+    def arrays(self) -> tuple:
+        """The kernels' arrays, in NAMES' order (UNUSED_ARRAY for absent ends)."""
+        if self.query_ends is None:
+            return self.packed_arrays(self.query_starts, self.key_starts)
+        return self.tensors()
+
+    @staticmethod
+    def packed_arrays(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor) -> tuple:
+        """``packed(cu_seqlens_q, cu_seqlens_k).arrays()`` without making the bounds (a
+        decoding step's host time)."""
+        return cu_seqlens_q, UNUSED_ARRAY, cu_seqlens_k, UNUSED_ARRAY
+
     def values(self) -> dict:
-        """The kernels' arguments, by parameter name: the arrays (UNUSED_ARRAY for absent
-        ends) and CUMULATIVE_BOUNDS."""
-        names = ("QueryStarts", "QueryEnds", "KeyStarts", "KeyEnds")
-        return {name: UNUSED_ARRAY if t is None else t
-                for name, t in zip(names, self.tensors())} | \
-            {"CUMULATIVE_BOUNDS": self.cumulative}
+        """The kernels' arguments, by parameter name: the arrays and CUMULATIVE_BOUNDS."""
+        return dict(zip(self.NAMES, self.arrays()), CUMULATIVE_BOUNDS=self.cumulative)
 
 
 def new_output(q: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -122,17 +133,22 @@ class ForwardPlan:
     family: KernelFamily
     grid: tuple[int, int, int]
     settings: tuple
+    arrays: Callable[[tuple], tuple]  # the family's arrays out of LAUNCH_ARRAYS' order
 
-    def launch(self, q, k, v, out, lse, bounds: SequenceBounds, sinks=None) -> None:
+    def launch(self, q, k, v, out, lse, bounds: tuple, sinks=None) -> None:
         """The launch on these tensors (the shapes, strides, dtypes and device the plan was
         made for, or for a packed batch the packed tensors themselves: ``packed`` in
-        steps/family.py; lse: UNUSED_ARRAY without with_lse), on the
-        current stream."""
-        tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse,
-                   "Sinks": sinks_argument(sinks),
-                   **bounds.values()}
+        steps/family.py; lse: UNUSED_ARRAY without with_lse; bounds: SequenceBounds'
+        arrays() of the bounds the plan was made for, cumulative or not), on the current
+        stream."""
+        arrays = (q, k, v, out, lse, sinks_argument(sinks), *bounds)
         ct.launch(current_stream(q.device), self.grid, self.kernel,
-                  self.family.tensors(tensors) + self.settings)
+                  self.arrays(arrays) + self.settings)
+
+
+# The order in which ForwardPlan.launch has its arrays (a tuple, not a dict: a decoding
+# step pays each microsecond of host time per layer).
+LAUNCH_ARRAYS = ("Q", "K", "V", "Out", "Lse", "Sinks") + SequenceBounds.NAMES
 
 
 def forward_plan(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
@@ -149,7 +165,8 @@ def forward_plan(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: 
               **constants}
     if family is FORWARD_VARLEN:
         values |= variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal)
-    return ForwardPlan(kernel, family, family.grid(values), family.settings(values))
+    return ForwardPlan(kernel, family, family.grid(values), family.settings(values),
+                       family.tensors_from(LAUNCH_ARRAYS))
 
 
 def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal: bool,
@@ -168,7 +185,7 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
                         scale=scale, with_lse=with_lse, platform=platform, variants=variants)
     out = _filled(new_output(q, v.shape[-1]), fill)
     lse = _filled(q.new_empty(q.shape[:-1], dtype=torch.float32), fill) if with_lse else None
-    plan.launch(q, k, v, out, lse if with_lse else UNUSED_ARRAY, bounds, sinks)
+    plan.launch(q, k, v, out, lse if with_lse else UNUSED_ARRAY, bounds.arrays(), sinks)
     return out, lse
 
 

@@ -154,3 +154,12 @@ def test_cumulative_bounds_compile_the_ends_as_the_int_scalar_a_launch_passes():
                  if p.name.startswith(("Query", "Key"))}
         assert kinds == {"QueryStarts": ArrayConstraint, "QueryEnds": ends,
                          "KeyStarts": ArrayConstraint, "KeyEnds": ends}
+
+
+def test_a_positional_launch_passes_the_arrays_in_the_familys_order():
+    reordered = tuple(reversed(MERGE_SPLITS.tensor_names)) + ("NotAParameter",)
+    arrays = tuple(f"array {name}" for name in reordered)
+    assert MERGE_SPLITS.tensors_from(reordered)(arrays) == \
+        tuple(f"array {name}" for name in MERGE_SPLITS.tensor_names)
+    with pytest.raises(KeyError, match="PartialLse"):
+        MERGE_SPLITS.tensors_from(("Partial", "Out", "Lse"))
