@@ -103,7 +103,7 @@ def test_dense_cache_matches_the_reference(case, causal, splits, dtype):
     assert_close(out, lse, expected, expected_lse, dtype)
 
 
-@pytest.mark.parametrize("block_size", [16, 64, 256])
+@pytest.mark.parametrize("block_size", [16, 32, 64, 256])  # 8, 4, 2 and 1 loads a key tile
 @pytest.mark.parametrize("splits", [1, 4, None])
 @pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False)])
 def test_paged_cache_matches_the_reference(block_size, splits, q_len, causal):
