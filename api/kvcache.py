@@ -7,7 +7,7 @@ the launch planned once per key too: a decoding step calls this per layer and to
 """
 
 import numbers
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -33,10 +33,6 @@ def columns(heads: int, kv_heads: int, q_len: int) -> int:
     """The query columns of one decode CTA: group heads x query rows, each rounded up to a
     power of two."""
     return power_of_two_at_least(heads // kv_heads) * power_of_two_at_least(q_len)
-
-
-# Shape key -> DecodeShape, for arguments already checked.
-_CHECKED: dict[tuple, DecodeShape] = {}
 
 
 @torch.library.custom_op("cutile_fmha::decode", mutates_args=())
@@ -213,30 +209,27 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     -inf). Forward only (no autograd); a call can be captured in a CUDA graph and runs
     under torch.compile.
     """
-    arguments = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
-                 is_causal, scale, num_splits, return_lse)
-    if _needs_varlen(query, is_causal, window_size):
-        out, lse = _through_varlen(arguments, window_size, softcap, sinks)
-        return (out, lse) if return_lse else out
+    arguments = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad, sinks,
+                 is_causal, scale, num_splits, return_lse, window_size, softcap)
     if torch.compiler.is_compiling():  # traced once: one opaque operator in the graph
-        shape, scale = _check(*arguments)
-        variants = _check_variants_of(query, window_size, softcap, sinks)
+        call = _checked_call(*arguments)
+    else:  # a model calls this per layer and token: the checks run once per shape key
+        call = checked_once(_CALLS, _checked_call, arguments, tensors=7)
+    if call.shape is None:
+        out, lse = _through_varlen(query, key_cache, value_cache, cache_seqlens, cache_leftpad,
+                                   is_causal, call.scale, return_lse, call.variants, sinks)
+    elif torch.compiler.is_compiling():
+        shape = call.shape
         out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
-                           block_table, shape.causal, scale, shape.num_splits, return_lse,
-                           sinks, *variants.operator_arguments())
-        return (out, lse) if return_lse else out
-    # A model calls this per layer and token: the checks run once per shape key.
-    shape, scale = checked_once(_CHECKED_WITH_VARIANTS, _check_with_variants,
-                                arguments[:6] + (sinks,) + arguments[6:] + (window_size, softcap),
-                                tensors=7)
-    if query.shape[0] == 0:
+                           block_table, shape.causal, call.scale, shape.num_splits, return_lse,
+                           sinks, *shape.asked.operator_arguments())
+    elif query.shape[0] == 0:
         out = torch.empty_like(query)
-        return (out, query.new_empty(query.shape[:-1], dtype=torch.float32)) if return_lse \
-            else out
-    # The custom operator's work, without its dispatch (about 100 us a call).
-    out, lse = decode_forward(query, key_cache, value_cache, shape, scale=scale,
-                              key_starts=cache_leftpad, key_ends=cache_seqlens,
-                              block_table=block_table, sinks=sinks)
+        lse = query.new_empty(query.shape[:-1], dtype=torch.float32)
+    else:  # the custom operator's work, without its dispatch (about 100 us a call)
+        out, lse = decode_forward(query, key_cache, value_cache, call.shape, scale=call.scale,
+                                  key_starts=cache_leftpad, key_ends=cache_seqlens,
+                                  block_table=block_table, sinks=sinks)
     return (out, lse) if return_lse else out
 
 
@@ -247,19 +240,37 @@ def _check_variants_of(query, window_size, softcap, sinks) -> Variants:
     return _check_variants(query, window_size, softcap, sinks)
 
 
-# Shape key, the variants and the sinks' tensor key -> (DecodeShape with the variants,
-# softmax scale), for calls already checked.
-_CHECKED_WITH_VARIANTS: dict[tuple, tuple[DecodeShape, float]] = {}
+@dataclass(frozen=True)
+class _Call:
+    """What attention_with_kvcache keeps per shape key, once its arguments are checked: the
+    softmax scale, and the decode kernel's shape (its variants in it) or, for a call that
+    runs the variable-length kernel (``_needs_varlen``), None and the variants."""
+    scale: float
+    shape: DecodeShape | None
+    variants: Variants | None = None  # (not NO_VARIANTS: see DecodeShape.variants)
 
 
-def _check_with_variants(query, key_cache, value_cache, cache_seqlens, block_table,
-                         cache_leftpad, sinks, *options) -> tuple[DecodeShape, float]:
-    """``_check`` and the variants (options: _check's, then window_size and softcap)."""
-    *checked, window_size, softcap = options
-    shape, scale = _check(query, key_cache, value_cache, cache_seqlens, block_table,
-                          cache_leftpad, *checked)
+def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
+                  sinks, is_causal, scale, num_splits, return_lse, window_size,
+                  softcap) -> _Call:
+    """attention_with_kvcache's arguments checked, and which kernel runs them."""
+    checked = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
+               is_causal, scale, num_splits, return_lse)
+    if _needs_varlen(query, is_causal, window_size):
+        if block_table is not None:
+            raise ValueError(f"head dims other than {HEAD_DIMS}, and a window's right side "
+                             f"without is_causal, take a dense cache so far, not a paged one "
+                             f"(block_table)")
+        _, scale = _check(*checked)
+        return _Call(scale, None, _check_variants_of(query, window_size, softcap, sinks))
+    shape, scale = _check(*checked)
     variants = _check_variants_of(query, window_size, softcap, sinks)
-    return (replace(shape, variants=variants) if variants.any else shape), scale
+    return _Call(scale, replace(shape, variants=variants) if variants.any else shape)
+
+
+# Shape key (the variants and the sinks' tensor key in it) -> its _Call, for arguments
+# already checked.
+_CALLS: dict[tuple, _Call] = {}
 
 
 def _needs_varlen(query, is_causal, window_size) -> bool:
@@ -277,22 +288,13 @@ def _needs_varlen(query, is_causal, window_size) -> bool:
     return right != -1 and is_causal is False and shape[2] > 1
 
 
-def _through_varlen(arguments: tuple, window_size, softcap, sinks):
-    """(out, lse or None) of attention_with_kvcache's `arguments` at a head dim the decode
+def _through_varlen(query, key_cache, value_cache, cache_seqlens, cache_leftpad, is_causal,
+                    scale: float, return_lse: bool, variants: Variants, sinks):
+    """(out, lse or None) of a checked attention_with_kvcache call at a head dim the decode
     kernel does not run, or with a window whose right side is not the causal mask's,
     through the variable-length kernel: each batch row one sequence, its queries rows
     0..q_len-1, its keys cache_leftpad..cache_seqlens-1 (clamped to the cache on the
     device)."""
-    (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad, is_causal,
-     scale, _, return_lse) = arguments
-    if block_table is not None:
-        raise ValueError(f"head dims other than {HEAD_DIMS}, and a window's right side "
-                         f"without is_causal, take a dense cache so far, not a paged one "
-                         f"(block_table)")
-    _, scale = checked_once(_CHECKED, _check, arguments, tensors=6)
-    variants = _check_variants(query, window_size, softcap, sinks)
-    if sinks is not None:
-        _check_devices([("query", query), ("sinks", sinks)])
     batch, _, q_len, _ = query.shape
     capacity = key_cache.shape[2]
     starts, query_ends, full = _bounds_of_rows(batch, q_len, capacity, query.device)
