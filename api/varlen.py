@@ -240,11 +240,12 @@ def _launch_planned(call: _Call, query, key, value, cu_seqlens_q, cu_seqlens_k,
     the shape's plan launched on the packed tensors themselves, which the kernel sees as
     one batch row (a host view per tensor cost about 2 us; what the host spends per
     call is what a model's decoding step waits for)."""
-    bounds = SequenceBounds.packed_arrays(cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous())
+    cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    bounds = SequenceBounds.packed_arrays(cu_q, cu_k)
     out = new_output(query, value.shape[-1])
     if call.plan is None:
         call.plan = forward_plan(*(_one_batch_row(t) for t in (query, key, value)),
-                                 SequenceBounds.packed(*bounds[::2]), max_seqlen_q,
+                                 SequenceBounds.packed(cu_q, cu_k), max_seqlen_q,
                                  causal=is_causal, scale=call.scale, with_lse=return_lse,
                                  variants=call.variants)
     if not return_lse:

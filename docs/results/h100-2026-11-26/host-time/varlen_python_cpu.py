@@ -1,6 +1,6 @@
-"""attention_varlen's no-gradient call path on CPU tensors, launch stubbed: us per call."""
+"""attention_varlen's no-gradient call path on CPU tensors, launch stubbed: us per call, then
+its parts. Runs on the package before and after the positional launch (789e83d, 4df72df)."""
 import timeit, statistics, torch, sys
-import cutile_fmha
 from cutile_fmha import varlen as api
 from cutile_fmha.steps import varlen as steps_varlen
 from cutile_fmha.steps.family import FORWARD_VARLEN, packed
@@ -28,7 +28,8 @@ def parts():
     b = steps_varlen.SequenceBounds.packed(cq, ck)
     call = next(iter(api._CHECKED.values()))
     o = torch.empty_like(q)
-    out["plan.launch (stubbed)"] = t(lambda: call.plan.launch(q, k, k, o, 0, b, None))
+    bounds = b.arrays() if hasattr(b, "arrays") else b  # after / before the positional launch
+    out["plan.launch (stubbed)"] = t(lambda: call.plan.launch(q, k, k, o, 0, bounds, None))
     out["bounds.values"] = t(lambda: b.values())
     out["torch.empty_like"] = t(lambda: torch.empty_like(q))
     out["tensor_key x1"] = t(lambda: api.tensor_key(q) if hasattr(api, 'tensor_key') else None)
