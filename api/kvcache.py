@@ -211,14 +211,14 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     """
     arguments = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad, sinks,
                  is_causal, scale, num_splits, return_lse, window_size, softcap)
-    if torch.compiler.is_compiling():  # traced once: one opaque operator in the graph
-        call = _checked_call(*arguments)
-    else:  # a model calls this per layer and token: the checks run once per shape key
-        call = checked_once(_CALLS, _checked_call, arguments, tensors=7)
+    compiling = torch.compiler.is_compiling()  # traced once: one opaque operator
+    # a model calls this per layer and token: the checks run once per shape key
+    call = _checked_call(*arguments) if compiling else \
+        checked_once(_CALLS, _checked_call, arguments, tensors=7)
     if call.shape is None:
         out, lse = _through_varlen(query, key_cache, value_cache, cache_seqlens, cache_leftpad,
                                    is_causal, call.scale, return_lse, call.variants, sinks)
-    elif torch.compiler.is_compiling():
+    elif compiling:
         shape = call.shape
         out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
                            block_table, shape.causal, call.scale, shape.num_splits, return_lse,
@@ -256,15 +256,15 @@ def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cac
     """attention_with_kvcache's arguments checked, and which kernel runs them."""
     checked = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
                is_causal, scale, num_splits, return_lse)
-    if _needs_varlen(query, is_causal, window_size):
-        if block_table is not None:
-            raise ValueError(f"head dims other than {HEAD_DIMS}, and a window's right side "
-                             f"without is_causal, take a dense cache so far, not a paged one "
-                             f"(block_table)")
-        _, scale = _check(*checked)
-        return _Call(scale, None, _check_variants_of(query, window_size, softcap, sinks))
+    varlen = _needs_varlen(query, is_causal, window_size)
+    if varlen and block_table is not None:
+        raise ValueError(f"head dims other than {HEAD_DIMS}, and a window's right side "
+                         f"without is_causal, take a dense cache so far, not a paged one "
+                         f"(block_table)")
     shape, scale = _check(*checked)
     variants = _check_variants_of(query, window_size, softcap, sinks)
+    if varlen:
+        return _Call(scale, None, variants)
     return _Call(scale, replace(shape, variants=variants) if variants.any else shape)
 
 
