@@ -157,11 +157,12 @@ def _check_one_run(mask: torch.Tensor) -> bool | None:
     return padded
 
 
-# Per mask checked to be one run of real tokens per row, its sequence bounds per query
-# length: the mask is made once per forward and handed to every layer, so the bounds are
-# computed once too. padding_mask enters the key masks it makes; a key mask from elsewhere
-# is checked the first time it is seen.
+# Per mask checked to be one run of real tokens per row, its key bounds (under _KEYS) and
+# its sequence bounds per query length: the mask is made once per forward and handed to
+# every layer, so the bounds are computed once too. padding_mask enters the key masks it
+# makes; a key mask from elsewhere is checked the first time it is seen.
 _BOUNDS_OF_MASK = WeakIdKeyDictionary()
+_KEYS = "keys"
 
 
 def is_key_mask(mask: torch.Tensor, query: torch.Tensor, k_len: int) -> bool:
@@ -171,25 +172,43 @@ def is_key_mask(mask: torch.Tensor, query: torch.Tensor, k_len: int) -> bool:
             and tuple(mask.shape) == (query.shape[0], 1, 1, k_len))
 
 
-def bounds_of_padding(mask: torch.Tensor, q_len: int) -> SequenceBounds:
-    """Each row's real tokens (one run: `padding_mask` checked) as sequence bounds: keys are
-    the mask's columns, queries the last q_len of them; for a key mask (``is_key_mask``),
-    the query is each row's last key."""
-    cached = None if torch.compiler.is_compiling() else _BOUNDS_OF_MASK.get(mask)
-    if cached and q_len in cached:
-        return cached[q_len]
+def key_bounds_of_padding(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(key_starts, key_ends), int32 (batch,): each row's real tokens (one run:
+    `padding_mask` checked) as the mask's columns. What a decoding step needs of
+    ``bounds_of_padding``: a step makes them once per token, and each small kernel costs the
+    host microseconds, which generate() with a DynamicCache waits for."""
+    compiling = torch.compiler.is_compiling()
+    cached = None if compiling else _BOUNDS_OF_MASK.get(mask)
+    if cached and _KEYS in cached:
+        return cached[_KEYS]
     key_mask = mask.dim() == 4
     rows = mask[:, 0, 0] if key_mask else mask
     if key_mask and cached is None:
         _check_one_run(rows)
     counts = rows.sum(-1, dtype=torch.int32)
-    key_starts = rows.int().argmax(-1).to(torch.int32)
-    key_starts = torch.where(counts > 0, key_starts, 0)
-    key_ends = key_starts + counts
-    # mask columns before the first query's
-    before_queries = key_ends - q_len if key_mask else rows.shape[1] - q_len
-    bounds = SequenceBounds((key_starts - before_queries).clamp(0, q_len),
-                            (key_ends - before_queries).clamp(0, q_len), key_starts, key_ends)
+    key_starts = rows.int().argmax(-1).to(torch.int32)  # the first True (0 in a row of none)
+    keys = key_starts, key_starts + counts
+    if not compiling:
+        _BOUNDS_OF_MASK.setdefault(mask, {})[_KEYS] = keys
+    return keys
+
+
+def bounds_of_padding(mask: torch.Tensor, q_len: int) -> SequenceBounds:
+    """Each row's real tokens (``key_bounds_of_padding``) as sequence bounds: keys are the
+    mask's columns, queries the last q_len of them; for a key mask (``is_key_mask``), the
+    query is each row's last key."""
+    cached = None if torch.compiler.is_compiling() else _BOUNDS_OF_MASK.get(mask)
+    if cached and q_len in cached:
+        return cached[q_len]
+    key_starts, key_ends = key_bounds_of_padding(mask)
+    if mask.dim() == 4:  # a key mask: the query is each row's last key, none with no keys
+        bounds = SequenceBounds(torch.zeros_like(key_starts),
+                                (key_ends - key_starts).clamp(max=1), key_starts, key_ends)
+    else:  # the queries are the mask's last q_len columns
+        before_queries = mask.shape[1] - q_len
+        bounds = SequenceBounds((key_starts - before_queries).clamp(0, q_len),
+                                (key_ends - before_queries).clamp(0, q_len), key_starts,
+                                key_ends)
     if not torch.compiler.is_compiling():
         _BOUNDS_OF_MASK.setdefault(mask, {})[q_len] = bounds
     return bounds
@@ -270,15 +289,15 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                   max_k, causal=causal, scale=scaling, variants=variants,
                                   sinks=sinks)
     elif attention_mask is not None:
-        bounds = bounds_of_padding(attention_mask, q_len)
         if decode:  # the query rows are the newest tokens: real in every sequence
-            out = kvcache.attention_with_kvcache(query, key, value, bounds.key_ends,
-                                                 cache_leftpad=bounds.key_starts,
-                                                 is_causal=causal, scale=scaling,
-                                                 **variant_options)
+            key_starts, key_ends = key_bounds_of_padding(attention_mask)
+            out = kvcache.attention_with_kvcache(query, key, value, key_ends,
+                                                 cache_leftpad=key_starts, is_causal=causal,
+                                                 scale=scaling, **variant_options)
         else:
-            out, _ = varlen_attention(query, key, value, bounds, q_len, k_len, causal=causal,
-                                      scale=scaling, fill=0.0, variants=variants, sinks=sinks)
+            out, _ = varlen_attention(query, key, value, bounds_of_padding(attention_mask, q_len),
+                                      q_len, k_len, causal=causal, scale=scaling, fill=0.0,
+                                      variants=variants, sinks=sinks)
     elif decode:
         out = kvcache.attention_with_kvcache(query, key, value, is_causal=causal, scale=scaling,
                                              **variant_options)

@@ -9,14 +9,14 @@ can be captured in a CUDA graph.
 """
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import cuda.tile as ct
 import torch
 
 from ..kernels import decode as kernels
 from ..platforms import DecodeLaunch, entry_for
-from .family import DECODE, MERGE_SPLITS, UNUSED_ARRAY
+from .family import DECODE, MERGE_SPLITS, UNUSED_ARRAY, KeptArray
 from .launcher import current_stream, device_facts, sinks_argument, with_hints
 from .variants import NO_VARIANTS, Variants
 
@@ -25,6 +25,9 @@ from .variants import NO_VARIANTS, Variants
 MIN_COLUMNS = 8
 # A paged cache's key tile spans at most this many blocks (kernels/decode.py).
 MAX_BLOCKS_PER_TILE = 8
+# A window side wider than this many keys reaches past every key of any cache (the
+# variants' scalars; kernels/decode.py subtracts it from key indices, in int32).
+WINDOW_REACH = 2 ** 30
 
 
 def power_of_two_at_least(n: int) -> int:
@@ -87,14 +90,14 @@ class DecodePlan:
         return settings
 
     def split_buffers(self, stream: int, keep: bool) -> tuple:
-        """(Partial, PartialLse) of launches on `stream`, float32: kept (see ``kept``),
-        since launches on one stream run one after the other; UNUSED_ARRAY twice without a
-        split."""
+        """(Partial, PartialLse) of launches on `stream`, float32 KeptArrays (each is
+        passed to two launches): kept (see ``kept``), since launches on one stream run one
+        after the other; UNUSED_ARRAY twice without a split."""
         if self.split_buffer_shape is None:
             return UNUSED_ARRAY, UNUSED_ARRAY
 
         def make():  # two allocations, no kernel (a clone would be one in a CUDA graph)
-            return tuple(torch.empty(shape, dtype=torch.float32, device=self.device)
+            return tuple(KeptArray(torch.empty(shape, dtype=torch.float32, device=self.device))
                          for shape in (self.split_buffer_shape, self.split_buffer_shape[:-1]))
         return kept(self.buffers_by_stream, stream, make, keep)
 
@@ -139,16 +142,41 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
         split_buffer_shape=(shape.batch, shape.kv_heads, splits, group_tile * query_rows,
                             shape.head_dim) if splits > 1 else None,
         device=device,
-        variant_scalars=shape.asked.scalars(q_rows=shape.q_len, k_rows=shape.capacity,
+        variant_scalars=shape.asked.scalars(q_rows=shape.q_len, k_rows=WINDOW_REACH,
                                             causal=True),
         early_merge=early_merge)
 
 
-@functools.cache
+# The plan of each shape key seen, at most this many (emptied when full): a DynamicCache
+# grows by a key per decoding step, so each step brings a new capacity.
+MAX_PLAN_KEYS = 4096
+_PLANS: dict = {}
+
+
 def _cached_plan(shape: DecodeShape, device: torch.device,
                  launch: DecodeLaunch | None) -> DecodePlan:
-    arch, sms = device_facts(device)
-    return decode_plan(shape, launch or entry_for(arch).decode[shape.head_dim], sms, device,
+    """The plan of `shape`, made once per split count: of a cache's capacity a plan
+    depends on that alone, so the capacities of a growing cache share a few plans (and
+    their split buffers) instead of making one per decoding step."""
+    key = (shape, device, launch)
+    plan = _PLANS.get(key)
+    if plan is None:
+        arch, sms = device_facts(device)
+        launch = launch or entry_for(arch).decode[shape.head_dim]
+        splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads,
+                                                   shape.capacity, sms)
+        plan = _plan_of_splits(replace(shape, capacity=0, num_splits=splits), device, launch,
+                               sms)
+        if len(_PLANS) >= MAX_PLAN_KEYS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+@functools.cache
+def _plan_of_splits(shape: DecodeShape, device: torch.device, launch: DecodeLaunch,
+                    sms: int) -> DecodePlan:
+    return decode_plan(shape, launch, sms, device,
                        early_merge=torch.cuda.get_device_capability(device) >= (9, 0))
 
 

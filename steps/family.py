@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import cuda.tile as ct
+import torch
 from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
                                    ScalarConstraint)
 
@@ -24,6 +25,22 @@ TMA_ALIGNMENT_BYTES = 16  # PyTorch's allocations and strides that are multiples
 # off): an int, which the kernel is compiled to take as a scalar. Each array argument costs
 # ct.launch about half a microsecond of host time (its DLPack conversion); a scalar, none.
 UNUSED_ARRAY = 0
+
+
+class KeptArray:
+    """A float32 tensor that launches pass again and again (a plan's split buffers), handed
+    to ct.launch as a CUDA array interface made once: ct.launch converts a torch tensor
+    through DLPack on every launch, and reads this dictionary as it is. Holds the tensor."""
+    __slots__ = ("tensor", "__cuda_array_interface__")
+
+    def __init__(self, tensor):
+        if tensor.dtype != torch.float32 or not tensor.is_cuda:
+            raise TypeError(f"a KeptArray is a CUDA float32 tensor, got {tensor.dtype} "
+                            f"on {tensor.device}")
+        self.tensor = tensor
+        self.__cuda_array_interface__ = {
+            "shape": tuple(tensor.shape), "typestr": "<f4", "data": (tensor.data_ptr(), False),
+            "strides": tuple(4 * s for s in tensor.stride()), "version": 3}
 
 
 @dataclass(frozen=True)

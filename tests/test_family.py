@@ -16,7 +16,8 @@ from cutile_fmha.steps import family as families
 from cutile_fmha.steps.family import (DECODE, DKDV_VARLEN, DQ_VARLEN, FORWARD, FORWARD_FP8,
                                       FORWARD_VARIANTS,
                                       FORWARD_TENSORS, FORWARD_TILED_HEAD_DIM, FORWARD_VARLEN,
-                                      MERGE_SPLITS, UNUSED_ARRAY, Constant, KernelFamily,
+                                      MERGE_SPLITS, UNUSED_ARRAY, Constant, KeptArray,
+                                      KernelFamily,
                                       Scalar, Tensor, forward_constants)
 
 ALL_FAMILIES = [f for f in vars(families).values() if isinstance(f, KernelFamily)]
@@ -163,3 +164,12 @@ def test_a_positional_launch_passes_the_arrays_in_the_familys_order():
         tuple(f"array {name}" for name in MERGE_SPLITS.tensor_names)
     with pytest.raises(KeyError, match="PartialLse"):
         MERGE_SPLITS.tensors_from(("Partial", "Out", "Lse"))
+
+
+@pytest.mark.parametrize("tensor", [torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float16,
+                                                                   device="meta")])
+def test_kept_arrays_are_cuda_float32_tensors(tensor):
+    """What a KeptArray's interface says (float32, "<f4") must be its tensor's: others are
+    refused, not described wrongly."""
+    with pytest.raises(TypeError, match="a KeptArray is a CUDA float32 tensor"):
+        KeptArray(tensor)

@@ -11,7 +11,7 @@ import torch
 from cutile_fmha import (attention, attention_fp8, attention_varlen, attention_with_kvcache,
                          to_fp8)
 from cutile_fmha.steps import family as families
-from cutile_fmha.steps.family import UNUSED_ARRAY, KernelFamily, Tensor
+from cutile_fmha.steps.family import UNUSED_ARRAY, KeptArray, KernelFamily, Tensor
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -40,7 +40,7 @@ def arrays_passed(family: KernelFamily, arguments: tuple) -> dict[str, bool]:
     passed = {}
     for p in family.parameters:
         if isinstance(p, Tensor):
-            passed[p.name] = isinstance(values[p.name], torch.Tensor)
+            passed[p.name] = isinstance(values[p.name], (torch.Tensor, KeptArray))
             expected = p.read(values)
             assert passed[p.name] == expected, \
                 f"{family.name}: {p.name} passed as {type(values[p.name]).__name__}, " \

@@ -3,6 +3,7 @@ needs no look at a device tensor's values comes before the device check. Lengths
 cache and block numbers outside it cannot be seen without one; the kernel clamps them
 (tests/test_gpu_decode.py: garbage block table entries past a sequence's end)."""
 
+import functools
 import pytest
 import torch
 
@@ -157,14 +158,46 @@ def test_the_merge_launches_programmatically_from_hopper_on(capability, early, m
     (kernels/decode.py); before it, a plain launch after the splits."""
     from cutile_fmha.steps import decode
 
-    monkeypatch.setattr(decode, "device_facts", lambda device: ("sm_90", 132))
+    fresh_plans(monkeypatch)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
-    shape = decode.DecodeShape(batch=1, head_dim=128, kv_heads=8, group=4, q_len=1,
-                               capacity=4096, block_size=None, causal=True, has_starts=False,
-                               has_lengths=True, write_lse=False, num_splits=None)
-    plan = decode._cached_plan.__wrapped__(shape, torch.device("cuda", 0), None)
+    plan = decode._cached_plan(decode_shape(4096), torch.device("cuda", 0), None)
     assert plan.split_buffer_shape is not None  # split: a merge to launch
     assert plan.early_merge is early
+
+
+def fresh_plans(monkeypatch):
+    """The decode plans made from here on are the test's own (an sm_90 with 132 SMs)."""
+    from cutile_fmha.steps import decode
+
+    monkeypatch.setattr(decode, "device_facts", lambda device: ("sm_90", 132))
+    monkeypatch.setattr(decode, "_PLANS", {})
+    monkeypatch.setattr(decode, "_plan_of_splits", decode._plan_of_splits.__wrapped__)
+
+
+def decode_shape(capacity: int, **changes):
+    from cutile_fmha.steps import decode
+
+    return decode.DecodeShape(**{"batch": 1, "head_dim": 128, "kv_heads": 8, "group": 4,
+                                 "q_len": 1, "capacity": capacity, "block_size": None,
+                                 "causal": True, "has_starts": False, "has_lengths": True,
+                                 "write_lse": False, "num_splits": None, **changes})
+
+
+def test_a_growing_cache_shares_one_plan_per_split_count(monkeypatch):
+    """A DynamicCache is one key longer at each decoding step: its lengths share the plan
+    (and split buffers) of their split count, not one new plan per step."""
+    from cutile_fmha.steps import decode
+
+    fresh_plans(monkeypatch)
+    monkeypatch.setattr(decode, "_plan_of_splits", functools.cache(decode._plan_of_splits))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    device = torch.device("cuda", 0)
+    plans = [decode._cached_plan(decode_shape(n), device, None) for n in (4096, 4097, 4352)]
+    assert plans[0] is plans[1] is plans[2]
+    assert decode._cached_plan(decode_shape(4096), device, None) is plans[0]
+    short = decode._cached_plan(decode_shape(512), device, None)  # fewer splits: its own
+    assert short.split_buffer_shape[2] < plans[0].split_buffer_shape[2]
+    assert decode._cached_plan(decode_shape(4096, num_splits=16), device, None) is plans[0]
 
 
 @pytest.mark.parametrize("head_dim,q_len,options", [

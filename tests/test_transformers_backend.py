@@ -103,11 +103,13 @@ def test_sequence_bounds_of_left_and_right_padding():
     bounds = backend.bounds_of_padding(mask, 1)  # decoding: the query is the last column
     assert [t.tolist() for t in bounds.tensors()[:2]] == [[0, 0, 0, 0], [1, 0, 1, 0]]
     assert backend.bounds_of_padding(mask, 1) is bounds  # once per mask, not per layer
-    # A StaticCache's step: a key mask over the cache, the query each row's newest key.
+    # A StaticCache's step: a key mask over the cache, the query each row's newest key
+    # (none in the row with no keys).
     unused = torch.zeros(4, 2, dtype=torch.bool)
     bounds = backend.bounds_of_padding(torch.cat([mask, unused], 1)[:, None, None], 1)
-    assert [t.tolist() for t in bounds.tensors()] == [[0, 0, 0, 1], [1, 1, 1, 1],
+    assert [t.tolist() for t in bounds.tensors()] == [[0, 0, 0, 0], [1, 1, 1, 0],
                                                       [2, 0, 0, 0], [5, 3, 5, 0]]
+    assert all(t.dtype == torch.int32 for t in bounds.tensors())
 
 
 def test_packed_sequences_from_positions():
