@@ -14,8 +14,8 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward, row_dot
 from .steps.launcher import (HEAD_DIMS, LaunchPlan, Names, _check_devices, _check_shapes,
-                             build_plan, causal_query_offset, is_padded, rows_contiguous,
-                             softmax_scale)
+                             build_plan, causal_query_offset, is_padded, remember,
+                             rows_contiguous, softmax_scale)
 from .steps.family import UNUSED_ARRAY
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient, variants_forward
 
@@ -108,15 +108,13 @@ def checked_once(checked: dict, check, arguments: tuple, tensors: int):
     except (AttributeError, TypeError):
         return check(*arguments)
     if result is None:
-        result = check(*arguments)
-        if len(checked) >= MAX_CHECKED_KEYS:
-            checked.clear()
-        checked[key] = result
+        result = remember(checked, key, check(*arguments), MAX_CHECKED_KEYS)
     return result
 
 
 # (tensor keys, causal, scale, with_lse) -> the plan made for the first call with that key:
-# later calls launch its kernel, grid and constants on their own tensors.
+# later calls launch its kernel, grid and constants on their own tensors (MAX_CHECKED_KEYS
+# at most).
 _PLANS: dict[tuple, LaunchPlan] = {}
 
 
@@ -131,7 +129,7 @@ def plan_for(query, key, value, causal: str, scale: float, with_lse: bool
     plan = build_plan(query, key, value, causal=_launcher_causal(causal), scale=scale,
                       step="fastest", platform=None, out=None, with_lse=with_lse,
                       names=SDPA_NAMES)
-    _PLANS[shape_key] = plan.without_tensors()
+    remember(_PLANS, shape_key, plan.without_tensors(), MAX_CHECKED_KEYS)
     return plan, True
 
 

@@ -17,7 +17,7 @@ import torch
 from ..kernels import decode as kernels
 from ..platforms import DecodeLaunch, entry_for
 from .family import DECODE, MERGE_SPLITS, UNUSED_ARRAY, KeptArray
-from .launcher import current_stream, device_facts, sinks_argument, with_hints
+from .launcher import current_stream, device_facts, remember, sinks_argument, with_hints
 from .variants import NO_VARIANTS, Variants
 
 # Columns of the transposed products (group heads x query rows) are at least this many:
@@ -167,9 +167,7 @@ def _cached_plan(shape: DecodeShape, device: torch.device,
                                                    shape.capacity, sms)
         plan = _plan_of_splits(replace(shape, capacity=0, num_splits=splits), device, launch,
                                sms)
-        if len(_PLANS) >= MAX_PLAN_KEYS:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        remember(_PLANS, key, plan, MAX_PLAN_KEYS)
     return plan
 
 

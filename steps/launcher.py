@@ -108,6 +108,16 @@ def on_device(make, device: torch.device, **shape):
     return _made_for_arch(make, device_facts(device)[0], tuple(shape.items()))
 
 
+def remember(cache: dict, key, value, limit: int):
+    """cache[key] = value, `cache` emptied first when it holds `limit` keys: a cache of
+    per-shape-key results, where a training loop over packed batches of ever new lengths,
+    or a growing KV cache, brings a new key per call. Returns value."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def current_stream(device: torch.device) -> int:
     """The device's current CUDA stream as the raw handle ct.launch takes (a fraction of
     torch.cuda.current_stream's cost, which a decoding step pays per layer)."""

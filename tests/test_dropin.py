@@ -214,6 +214,23 @@ def test_checks_run_once_per_key_and_again_for_what_makes_another_key(monkeypatc
     assert len(checked) == 1  # full: emptied before the new key
 
 
+def test_plans_are_kept_for_a_bounded_number_of_shapes(monkeypatch):
+    """A plan per shape key, as many as the checks keep: serving prefills of ever new
+    lengths must not grow the plans without end."""
+    class Plan:
+        def without_tensors(self):
+            return self
+
+    monkeypatch.setattr(dropin, "build_plan", lambda *args, **kwargs: Plan())
+    monkeypatch.setattr(dropin, "_PLANS", {})
+    monkeypatch.setattr(dropin, "MAX_CHECKED_KEYS", 2)
+    for length in (10, 11, 12, 11):
+        q = torch.empty(1, 2, length, 64)
+        dropin.plan_for(q, q, q, "none", 0.125, False)
+        assert len(dropin._PLANS) <= 2
+    assert dropin.plan_for(q, q, q, "none", 0.125, False)[1] is False  # 11: kept
+
+
 def test_inputs_that_require_grad_are_checked_like_the_others():
     q, k, v = qkv()
     with pytest.raises(TypeError, match="is_causal must be a bool"):
