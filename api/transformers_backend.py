@@ -172,46 +172,48 @@ def is_key_mask(mask: torch.Tensor, query: torch.Tensor, k_len: int) -> bool:
             and tuple(mask.shape) == (query.shape[0], 1, 1, k_len))
 
 
+def _remembered_for_mask(mask: torch.Tensor, entry, make):
+    """_BOUNDS_OF_MASK[mask][entry], made by make(what is remembered of the mask, None
+    when it was never seen) the first time; made on every call in a compiled graph."""
+    if torch.compiler.is_compiling():
+        return make(None)
+    cached = _BOUNDS_OF_MASK.get(mask)
+    if cached and entry in cached:
+        return cached[entry]
+    made = make(cached)
+    _BOUNDS_OF_MASK.setdefault(mask, {})[entry] = made
+    return made
+
+
 def key_bounds_of_padding(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(key_starts, key_ends), int32 (batch,): each row's real tokens (one run:
     `padding_mask` checked) as the mask's columns. What a decoding step needs of
     ``bounds_of_padding``: a step makes them once per token, and each small kernel costs the
     host microseconds, which generate() with a DynamicCache waits for."""
-    compiling = torch.compiler.is_compiling()
-    cached = None if compiling else _BOUNDS_OF_MASK.get(mask)
-    if cached and _KEYS in cached:
-        return cached[_KEYS]
-    key_mask = mask.dim() == 4
-    rows = mask[:, 0, 0] if key_mask else mask
-    if key_mask and cached is None:
-        _check_one_run(rows)
-    counts = rows.sum(-1, dtype=torch.int32)
-    key_starts = rows.int().argmax(-1).to(torch.int32)  # the first True (0 in a row of none)
-    keys = key_starts, key_starts + counts
-    if not compiling:
-        _BOUNDS_OF_MASK.setdefault(mask, {})[_KEYS] = keys
-    return keys
+    def make(cached):
+        key_mask = mask.dim() == 4
+        rows = mask[:, 0, 0] if key_mask else mask
+        if key_mask and cached is None:  # a key mask not made by padding_mask: checked
+            _check_one_run(rows)  # once (in a compiled graph, a device assert every time)
+        counts = rows.sum(-1, dtype=torch.int32)
+        key_starts = rows.int().argmax(-1).to(torch.int32)  # the first True (0 in none)
+        return key_starts, key_starts + counts
+    return _remembered_for_mask(mask, _KEYS, make)
 
 
 def bounds_of_padding(mask: torch.Tensor, q_len: int) -> SequenceBounds:
     """Each row's real tokens (``key_bounds_of_padding``) as sequence bounds: keys are the
     mask's columns, queries the last q_len of them; for a key mask (``is_key_mask``), the
     query is each row's last key."""
-    cached = None if torch.compiler.is_compiling() else _BOUNDS_OF_MASK.get(mask)
-    if cached and q_len in cached:
-        return cached[q_len]
-    key_starts, key_ends = key_bounds_of_padding(mask)
-    if mask.dim() == 4:  # a key mask: the query is each row's last key, none with no keys
-        bounds = SequenceBounds(torch.zeros_like(key_starts),
-                                (key_ends - key_starts).clamp(max=1), key_starts, key_ends)
-    else:  # the queries are the mask's last q_len columns
-        before_queries = mask.shape[1] - q_len
-        bounds = SequenceBounds((key_starts - before_queries).clamp(0, q_len),
-                                (key_ends - before_queries).clamp(0, q_len), key_starts,
-                                key_ends)
-    if not torch.compiler.is_compiling():
-        _BOUNDS_OF_MASK.setdefault(mask, {})[q_len] = bounds
-    return bounds
+    def make(_):
+        key_starts, key_ends = key_bounds_of_padding(mask)
+        if mask.dim() == 4:  # a key mask: the query is each row's last key, none with no keys
+            return SequenceBounds(torch.zeros_like(key_starts),
+                                  (key_ends - key_starts).clamp(max=1), key_starts, key_ends)
+        before_queries = mask.shape[1] - q_len  # the queries are the last q_len columns
+        return SequenceBounds((key_starts - before_queries).clamp(0, q_len),
+                              (key_ends - before_queries).clamp(0, q_len), key_starts, key_ends)
+    return _remembered_for_mask(mask, q_len, make)
 
 
 _PACKED_OF_POSITIONS = WeakIdKeyDictionary()

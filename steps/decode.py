@@ -2,9 +2,9 @@
 
 One launch of kernels/decode.py's ``decode`` (and of ``merge_splits`` when the cache is
 split). Everything that depends only on shapes (the kernel with its hints, the constants,
-the split count, the grids) is a ``DecodePlan``, made once per shape key and cached, so
-that a decoding step, which calls this per layer and token, pays for a dictionary lookup,
-the output allocation and the launches. Nothing reads a device tensor on the host: a call
+the split count, the grids) is a ``DecodePlan``, made once per shape and split count and
+looked up per shape key, so that a decoding step, which calls this per layer and token,
+pays for a dictionary lookup, the output allocation and the launches. Nothing reads a device tensor on the host: a call
 can be captured in a CUDA graph.
 """
 
