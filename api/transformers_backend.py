@@ -35,8 +35,10 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from . import kvcache
 from .dropin import _check_variants, needs_grad, run_attention
-from .steps.variants import NO_VARIANTS
+from .kernels.padding import NO_PADDING, RUNS
 from .steps.launcher import softmax_scale
+from .steps.padding import padding_runs
+from .steps.variants import NO_VARIANTS
 from .steps.varlen import SequenceBounds
 from .varlen import varlen_attention
 
@@ -122,10 +124,11 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
                          f"shape {tuple(attention_mask.shape)}")
     # As flash-attention's: the last kv_length tokens; a StaticCache's mask may be shorter
     # than its kv_length (the cache's unused slots are not in it).
-    attention_mask = attention_mask[:, -kv_length:].bool()
-    padded = _check_one_run(attention_mask)
+    attention_mask = attention_mask[:, -kv_length:]
+    padded, keys = _checked_runs(attention_mask)
     if padded is False and attention_mask.shape[1] == kv_length:
         return None
+    attention_mask = attention_mask.bool()
     if q_length == 1:
         # A decoding step. With a StaticCache the mask covers the tokens so far, one more
         # each step, up to the whole cache. As SDPA's 4-D key mask over the whole cache (its
@@ -133,27 +136,41 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
         # the same from step to step, the last included: a compiled step is one CUDA graph,
         # not one per length.
         unused = kv_length - attention_mask.shape[1]
-        key_mask = torch.nn.functional.pad(attention_mask, (0, unused))[:, None, None, :]
-        if not torch.compiler.is_compiling():
-            _BOUNDS_OF_MASK[key_mask] = {}  # checked above
-        return key_mask
+        attention_mask = torch.nn.functional.pad(attention_mask, (0, unused))[:, None, None, :]
+    if not torch.compiler.is_compiling():  # checked above, and its bounds found if on CUDA
+        _BOUNDS_OF_MASK[attention_mask] = {} if keys is None else {_KEYS: keys}
     return attention_mask
 
 
+_HOLES = ("attention_mask has padding between real tokens: cuTile FMHA supports "
+          f"{SUPPORTED_MASKS} (left or right padding)")
+
+
+def _checked_runs(mask: torch.Tensor) -> tuple[bool | None, tuple | None]:
+    """(whether any token of the 2-D `mask` (nonzero on real tokens) is padding, and on a
+    CUDA device its key bounds as ``key_bounds_of_padding`` gives them, else None). Raises
+    ValueError where a row has padding between real tokens: one look at the device (in a
+    compiled graph none, a device assert instead, and whether it is padded is None)."""
+    if mask.is_cuda and not torch.compiler.is_compiling():
+        runs = padding_runs(mask)  # one launch for the bounds and the check
+        statuses = runs[2].tolist()
+        if RUNS in statuses:
+            raise ValueError(_HOLES)
+        return any(status != NO_PADDING for status in statuses), (runs[0], runs[1])
+    return _check_one_run(mask.bool()), None
+
+
 def _check_one_run(mask: torch.Tensor) -> bool | None:
-    """Raises ValueError where a row of the 2-D boolean `mask` has padding between real
-    tokens (in a compiled graph: a device assert, no look at the device); returns whether
-    any token is padding (None in a graph)."""
+    """``_checked_runs``' check of a boolean mask in PyTorch operations: whether any token
+    is padding (None in a compiled graph)."""
     starts_of_runs = mask[:, :1].sum(-1) + (mask[:, 1:] & ~mask[:, :-1]).sum(-1)
     holes = (starts_of_runs > 1).any()
     if torch.compiler.is_compiling():
-        torch._assert_async(~holes, "attention_mask has padding between real tokens: cuTile "
-                                    f"FMHA supports {SUPPORTED_MASKS} (left or right padding)")
+        torch._assert_async(~holes, _HOLES)
         return None
     holes, padded = torch.stack([holes, (~mask).any()]).tolist()
     if holes:
-        raise ValueError("attention_mask has padding between real tokens: cuTile FMHA "
-                         f"supports {SUPPORTED_MASKS} (left or right padding)")
+        raise ValueError(_HOLES)
     return padded
 
 
@@ -194,7 +211,12 @@ def key_bounds_of_padding(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
         key_mask = mask.dim() == 4
         rows = mask[:, 0, 0] if key_mask else mask
         if key_mask and cached is None:  # a key mask not made by padding_mask: checked
-            _check_one_run(rows)  # once (in a compiled graph, a device assert every time)
+            _, keys = _checked_runs(rows)  # once (in a compiled graph, a device assert)
+            if keys is not None:
+                return keys
+        if rows.is_cuda and not torch.compiler.is_compiling():
+            runs = padding_runs(rows)
+            return runs[0], runs[1]
         counts = rows.sum(-1, dtype=torch.int32)
         key_starts = rows.int().argmax(-1).to(torch.int32)  # the first True (0 in none)
         return key_starts, key_starts + counts

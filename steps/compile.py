@@ -22,6 +22,7 @@ import cuda.tile as ct
 from cuda.tile.compilation import export_kernel
 
 from ..kernels import decode as decode_kernels
+from ..kernels import padding as padding_kernels
 from ..kernels import varlen as varlen_kernels
 from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
 from ..platforms.backward import backward_entry_for
@@ -29,15 +30,18 @@ from ..platforms.environment import arch_problem, check_compiler, find_compiler,
 from .backward import BACKWARD_FAMILIES, backward_kernel, gradient_launch
 from .definitions import STEPS, steps_for
 from .decode import DecodeShape, decode_plan
-from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, KernelFamily,
-                     forward_constants, packed)
+from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, PADDING_RUNS,
+                     KernelFamily, forward_constants, packed)
 from .fp8 import fp8_kernel
+from .padding import TILE as PADDING_TILE
 from .variants import NO_VARIANTS, Variants, variants_kernel
 from .launcher import kernel_for
 from .varlen import VARLEN_BACKWARD_FAMILIES, forward_kernel
 
 CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16,
-             "float8_e4m3fn": ct.float8_e4m3fn}
+             "float8_e4m3fn": ct.float8_e4m3fn,
+             # padding masks' (compile_padding_runs)
+             "bool": ct.bool_, "int32": ct.int32, "int64": ct.int64}
 
 
 def export_cubin(kernel, family: KernelFamily, *, dtype: str, constants: dict,
@@ -127,6 +131,13 @@ def compile_variants(arch: str, *, dtype: str, head_dim: int, causal: bool,
                                         write_lse=write_lse, variants=variants,
                                         value_head_dim=value_head_dim)
     return export_cubin(kernel, FORWARD_VARIANTS, dtype=dtype, constants=constants, arch=arch)
+
+
+def compile_padding_runs(arch: str, *, mask_dtype: str) -> bytes:
+    """The cubin of the padding-runs kernel (kernels/padding.py) for `arch`, on a mask of
+    `mask_dtype` ("bool", "int32" or "int64")."""
+    return export_cubin(padding_kernels.padding_runs, PADDING_RUNS, dtype=mask_dtype,
+                        constants={"TILE": PADDING_TILE}, arch=arch)
 
 
 def compile_decode(arch: str, *, dtype: str, head_dim: int, kv_heads: int = 8, group: int = 4,

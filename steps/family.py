@@ -88,6 +88,15 @@ class Constant:
     name: str
 
 
+def tuple_getter(keys: tuple) -> Callable:
+    """operator.itemgetter(*keys), but a tuple for any number of keys (itemgetter gives
+    one key's value as it is)."""
+    if len(keys) == 1:
+        [key] = keys
+        return lambda values: (values[key],)
+    return operator.itemgetter(*keys) if keys else lambda values: ()
+
+
 @dataclass(frozen=True)
 class KernelFamily:
     name: str
@@ -111,15 +120,15 @@ class KernelFamily:
 
     @functools.cached_property
     def _pick(self) -> Callable[[dict], tuple]:
-        return operator.itemgetter(*self.names)
+        return tuple_getter(self.names)
 
     @functools.cached_property
     def _pick_tensors(self) -> Callable[[dict], tuple]:
-        return operator.itemgetter(*self.tensor_names)
+        return tuple_getter(self.tensor_names)
 
     @functools.cached_property
     def _pick_settings(self) -> Callable[[dict], tuple]:
-        return operator.itemgetter(*self.names[len(self.tensor_names):])
+        return tuple_getter(self.names[len(self.tensor_names):])
 
     def _picked(self, pick, values: dict) -> tuple:
         try:
@@ -143,7 +152,7 @@ class KernelFamily:
         missing = [name for name in self.tensor_names if name not in names]
         if missing:
             raise KeyError(f"{self.name} kernels take {self.tensor_names}, got no {missing}")
-        return operator.itemgetter(*(names.index(name) for name in self.tensor_names))
+        return tuple_getter(tuple(names.index(name) for name in self.tensor_names))
 
     def settings(self, values: dict) -> tuple:
         """``arguments``' second part, after the arrays (scalars and constants): what a
@@ -423,4 +432,16 @@ MERGE_SPLITS = KernelFamily(
                 Constant("WRITE_LSE")),
     grid=lambda values: (values["QUERY_GROUP"] * values["q_len"], values["kv_heads"],
                          values["batch"]),
+)
+
+
+# Each row's run of real tokens in a padding mask (kernels/padding.py): Mask (batch,
+# length), nonzero on real tokens, of any integer or boolean dtype and row stride; Runs
+# (3, batch) int32: each row's first real column, one past its last, and its status. One
+# CTA per row.
+PADDING_RUNS = KernelFamily(
+    name="padding runs",
+    parameters=(Tensor("Mask", 2, aligned=False), Tensor("Runs", 2, ct.int32, aligned=False),
+                Constant("TILE")),
+    grid=lambda values: (values["batch"], 1, 1),
 )

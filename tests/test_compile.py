@@ -10,7 +10,8 @@ steps (so each step meets some other architecture too), at a variant in turn, an
 D=256 step 10 or 11 in turn at D=320. The backward's kernels compile at their launches
 for every head dim on sm_90 and one kernel at one head dim elsewhere; the variable-length
 kernels (kernels/varlen.py) likewise, and the decode kernels (kernels/decode.py) at every
-head dim on sm_90 and one variant in turn elsewhere.
+head dim on sm_90 and one variant in turn elsewhere; the padding-runs kernel
+(kernels/padding.py) on every mask dtype on sm_90 and one in turn elsewhere.
 """
 
 import pytest
@@ -20,8 +21,9 @@ from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS
 from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import compile as compile_module
 from cutile_fmha.steps.backward import ROW_DOT_TILE_M
-from cutile_fmha.steps.compile import (compile_backward, compile_decode, compile_step,
-                                       compile_variants, compile_varlen, export_cubin)
+from cutile_fmha.steps.compile import (compile_backward, compile_decode, compile_padding_runs,
+                                       compile_step, compile_variants, compile_varlen,
+                                       export_cubin)
 from cutile_fmha.steps.variants import Variants
 from cutile_fmha.steps.compile import main as compile_main
 from cutile_fmha.steps.definitions import fastest_step, steps_for
@@ -246,3 +248,13 @@ def test_value_tiles_narrower_than_query_tiles_compile(kernel):
     else:
         cubin = compile_backward(kernel, FULL_GRID_ARCH, **options)
     assert cubin[:4] == b"\x7fELF"
+
+
+# The padding-runs kernel on the masks transformers and users pass: every dtype on sm_90,
+# one in turn elsewhere.
+@pytest.mark.parametrize("arch,mask_dtype",
+                         [(FULL_GRID_ARCH, dtype) for dtype in ("bool", "int32", "int64")]
+                         + [(arch, ("int64", "bool")[index % 2])
+                            for index, arch in enumerate(OTHER_ARCHS)])
+def test_padding_runs_compile(arch, mask_dtype):
+    assert compile_padding_runs(arch, mask_dtype=mask_dtype)[:4] == b"\x7fELF"

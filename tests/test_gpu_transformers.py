@@ -151,3 +151,61 @@ def test_softcap_sliding_window_and_sink_models_give_eagers_logits(architecture)
     generations = [generate(model, padded, mask, 8) for model in (ours, eager)]
     compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
     assert compared["all_near_ties"], compared
+
+
+def expected_runs(row: list[int]) -> tuple[int, int, int]:
+    """(first real column, one past the last, status) of one mask row, as
+    kernels/padding.py defines them."""
+    from cutile_fmha.kernels.padding import NO_PADDING, ONE_RUN, RUNS
+
+    real = [column for column, value in enumerate(row) if value]
+    if not real:
+        return 0, 0, NO_PADDING if not row else ONE_RUN
+    runs = sum(1 for column in real if column == 0 or not row[column - 1])
+    return real[0], real[-1] + 1, RUNS if runs > 1 else \
+        NO_PADDING if len(real) == len(row) else ONE_RUN
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.int64])
+def test_padding_runs_find_each_rows_real_tokens(dtype):
+    """One launch finds each row's real tokens in masks of every kind (left and right
+    padding, none, all padding, holes, one token), lengths across the kernel's 1024-column
+    turns, a row stride other than the length (a slice, as a mask's last kv_length columns)."""
+    from cutile_fmha.steps.padding import padding_runs
+
+    generator = torch.Generator().manual_seed(3)
+    for length in (1, 5, 1023, 1024, 1025, 3000):
+        rows = [[1] * length, [0] * length]
+        for _ in range(6):
+            start, end = sorted(torch.randint(0, length + 1, (2,), generator=generator).tolist())
+            rows.append([int(start <= column < end) for column in range(length)])
+        holes = [int(value) for value in torch.rand(length, generator=generator) < 0.5]
+        rows += [holes, [0] * (length - 1) + [1], [1] + [0] * (length - 1)]
+        mask = torch.tensor(rows, dtype=dtype)
+        wider = torch.zeros(len(rows), length + 7, dtype=dtype)
+        wider[:, 7:] = mask
+        for on_gpu in (mask.cuda(), wider.cuda()[:, 7:]):
+            on_gpu_runs = padding_runs(on_gpu)
+            assert on_gpu_runs.dtype == torch.int32 and on_gpu_runs.shape == (3, len(rows))
+            assert [tuple(column) for column in on_gpu_runs.T.tolist()] == \
+                [expected_runs(row) for row in rows], length
+
+
+def test_padding_mask_on_the_gpu_checks_and_bounds_as_on_the_cpu():
+    """padding_mask and the bounds of a CUDA mask (the padding-runs kernel) agree with the
+    CPU's (PyTorch operations): the mask handed over, the key bounds, and the error for
+    padding between real tokens."""
+    mask = torch.ones(4, 40, dtype=torch.long)
+    for row, pad in enumerate((0, 3, 20, 39)):
+        mask[row, :pad] = 0
+    for q_length, kv_length in ((40, 40), (1, 40), (1, 48)):  # prefill, decoding, StaticCache
+        handed = {device: backend.padding_mask(4, q_length, kv_length,
+                                               attention_mask=mask.to(device))
+                  for device in ("cpu", "cuda")}
+        assert torch.equal(handed["cuda"].cpu(), handed["cpu"])
+        bounds = [backend.key_bounds_of_padding(m) for m in handed.values()]
+        assert [[t.tolist() for t in b] for b in bounds] == [[[0, 3, 20, 39], [40] * 4]] * 2
+    assert backend.padding_mask(4, 40, 40, attention_mask=torch.ones_like(mask).cuda()) is None
+    mask[1, 10] = 0
+    with pytest.raises(ValueError, match="padding between real tokens"):
+        backend.padding_mask(4, 1, 40, attention_mask=mask.cuda())
