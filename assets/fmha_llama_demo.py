@@ -374,25 +374,26 @@ def timing_lines(rounds: dict, reference: str, label: str = "", unit: str = "ms"
 def report(result: dict, args) -> tuple[str, bool]:
     reference = result["reference"]
     generated = result["generate"]
-    checks = {"generate() tokens": generated["all_near_ties"]}
+    checks = {}
 
-    def logits_line(label: str, prefix: str = "") -> str:
-        """The logits' line of the prefill (or, with prefix "padded_", the padded one), its
-        check in `checks`: ours within --logit-tolerance of the float32 model's logits."""
+    def logits_line(prefix: str = "") -> tuple[str, bool]:
+        """The prefill's (with prefix "padded_", the padded prefill's) logits line, and
+        whether ours lie within --logit-tolerance of the float32 model's logits."""
         largest = result[f"{prefix}largest_logit"]
         ours, theirs = (result[f"{prefix}{key}"] for key in
                         ("logit_difference", "reference_logit_difference"))
-        checks[f"{label} logits"] = ours / largest <= args.logit_tolerance
         return (f"largest logit difference from {reference}'s model in float32: {OURS} "
                 f"{ours:.3e} ({ours / largest:.2e} of the largest logit; tolerance "
                 f"{args.logit_tolerance:.0e}), {reference} in {args.dtype} {theirs:.3e} "
-                f"({theirs / largest:.2e})")
+                f"({theirs / largest:.2e})"), ours / largest <= args.logit_tolerance
 
-    lines = [describe_model(args), f"prefill: {logits_line('prefill')}"]
+    line, checks["prefill logits"] = logits_line()
+    lines = [describe_model(args), f"prefill: {line}"]
     lines += timing_lines(result["prefill_seconds"], reference, "prefill ")
-    lines.append(f"padded prefill (left padding), on real tokens: "
-                 f"{logits_line('padded prefill', 'padded_')}")
+    line, checks["padded prefill logits"] = logits_line("padded_")
+    lines.append(f"padded prefill (left padding), on real tokens: {line}")
     lines += timing_lines(result["padded_prefill_seconds"], reference, "padded prefill ")
+    checks["generate() tokens"] = generated["all_near_ties"]
     losses, packed_losses = result["losses"][OURS], result["packed_losses"][OURS]
     checks |= {"training loss": losses[-1] < losses[0],
                "packed training loss": packed_losses[-1] < packed_losses[0]}
