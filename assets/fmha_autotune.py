@@ -40,7 +40,9 @@ one CTA per key tile, and dQ, one per query tile): tile shape and worker warps, 
 kernel's candidates timed in the whole backward with the other kernel at this GPU's
 launch, causal and not, at --batch x --seq-len; the smallest geometric mean of the two
 wins, its nearest rivals timed twice more. It writes platforms/tuned/<arch>-backward.json,
-which the backward launcher reads.
+which the backward launcher reads. The two kernels are timed as two kernels: the
+platform's "dkdv_dq" launches (dK/dV adding dQ itself) are left out of the search and
+kept as the table has them.
 """
 
 import argparse
@@ -437,7 +439,10 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
     """(fastest launch per (head dim, kernel), the search's rows); `save(best, rows)` after
     each head dim."""
     rows, best = [], {}
-    base = backward_entry_for(arch)
+    entry = backward_entry_for(arch)
+    base = dataclasses.replace(entry, launches={  # the two kernels, never "dkdv_dq"
+        head_dim: {kernel: kernels[kernel] for kernel in KERNELS}
+        for head_dim, kernels in entry.launches.items()})
     for head_dim in args.head_dim:
         workloads = _backward_workloads(args, head_dim)
 

@@ -12,9 +12,11 @@ IO-aware analysis) and never holds more than one tile of it:
 - ``dq``: one CTA per query tile, looping over the key tiles it sees: dQ += dS K * scale.
 
 dK/dV and dQ are two kernels, as in FlashAttention-2's Triton tutorial: each output is
-written once, with no float32 atomics. One kernel that adds each tile pair's dQ to a
-float32 buffer atomically measured 1.14-1.28x slower at D=64 and 128 on an H100, and
-0.91x at D=256 (docs/performance.md). Masks follow the forward: under CAUSAL query row i
+written once, with no float32 atomics; seven matrix products per tile pair. With ATOMIC_DQ
+the dK/dV kernel also takes each tile pair's dS K and adds it to a float32 dQ with atomics
+(FlashAttention-2's and -3's CUDA structure): five products, no dQ kernel. Which is faster
+depends on the head dim (platforms/backward.py, docs/performance.md). Masks follow the
+forward: under CAUSAL query row i
 sees keys j <= i + query_offset. As in the forward's step 9, only the tile pairs across
 the causal diagonal or past the last key run mask code; the loops over the others have
 none.
@@ -119,18 +121,33 @@ def load_keys(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt,
                    padding_mode=ZERO, allow_tma=BY_TMA).reshape((TILE_N, TILE_D))
 
 
-def accumulate_dkdv(Q, dO, Lse, Delta, k, k_tail, v, dk, dk_tail, dv, first_q_tile, end_q_tile,
-                    batch, kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D: ConstInt,
-                    TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                    QUERY_GROUP: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool,
-                    SOFTCAP: ConstBool, tanh_scale,
+def add_dq(dQAcc, k, ds_t, batch, head, q_tile, qk_scale, TILE_D: ConstInt, TILE_M: ConstInt,
+           column_tile=0):
+    """One tile pair's dQ = dS K * qk_scale, added to the float32 dQAcc's rows of q_tile
+    (columns `column_tile` of TILE_D): computed as dQ^T = K^T dS^T, whose keys x queries dS^T
+    is the MMA's as it comes. The tiled view's add is masked past the last row and column;
+    unmasked (`ct.atomic_add(..., check_bounds=False)`) it compiles to vector REDG.F32x4
+    adds, which measured 1.6-1.9x slower on an H100 than these per-element ones."""
+    dq_t = ct.mma(ct.transpose(k), ds_t, ct.full((TILE_D, TILE_M), 0.0, dtype=ct.float32))
+    dQAcc.tiled_view((1, 1, TILE_M, TILE_D)).atomic_store_add(
+        (batch, head, q_tile, column_tile),
+        (ct.transpose(dq_t) * qk_scale).reshape((1, 1, TILE_M, TILE_D)))
+
+
+def accumulate_dkdv(Q, dO, Lse, Delta, dQAcc, k, k_tail, v, dk, dk_tail, dv, first_q_tile,
+                    end_q_tile, batch, kv_head, keys, k_len, qk_scale, qk_scale_log2,
+                    query_offset, TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
+                    TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
+                    ATOMIC_DQ: ConstBool, MASKED: ConstBool, SOFTCAP: ConstBool, tanh_scale,
                     WINDOW: ConstBool, window_left, window_right):
     """Query tiles first_q_tile..end_q_tile-1 of each query head of the K/V head's group
     into one key tile's dK and dV, as one flat loop over (head, query tile): a loop per
     head inside a loop over the group ran 2.8x slower with four heads to a group.
     The tiles are keys x queries (S^T = K Q^T), so P^T and dS^T go into the dV and dK
     products as they come out of the MMA, with no transpose. With TILE_D_TAIL, K's and Q's
-    columns past TILE_D (k_tail) are products of their own, into dk_tail."""
+    columns past TILE_D (k_tail) are products of their own, into dk_tail. With ATOMIC_DQ,
+    each pair's dQ is added to dQAcc (``add_dq``). Keys past the last one add nothing to
+    it: K is zero there."""
     tiles_per_head = end_q_tile - first_q_tile
     for step in range(QUERY_GROUP * tiles_per_head):
         head = kv_head * QUERY_GROUP + step // tiles_per_head
@@ -145,25 +162,32 @@ def accumulate_dkdv(Q, dO, Lse, Delta, k, k_tail, v, dk, dk_tail, dv, first_q_ti
         p_t, ds_t = probabilities_and_ds(scores_t, dp_t, lse_log2[None, :], delta[None, :], rows,
                                          keys, k_len, qk_scale_log2, query_offset, CAUSAL, MASKED,
                                          SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+        ds_t = ds_t.astype(Q.dtype)
         dv = ct.mma(p_t.astype(Q.dtype), do, dv)
-        dk = ct.mma(ds_t.astype(Q.dtype), q, dk)
+        dk = ct.mma(ds_t, q, dk)
         if TILE_D_TAIL > 0:
-            dk_tail = ct.mma(ds_t.astype(Q.dtype), q_tail, dk_tail)
+            dk_tail = ct.mma(ds_t, q_tail, dk_tail)
+        if ATOMIC_DQ:
+            add_dq(dQAcc, k, ds_t, batch, head, q_tile, qk_scale, TILE_D, TILE_M)
+            if TILE_D_TAIL > 0:
+                add_dq(dQAcc, k_tail, ds_t, batch, head, q_tile, qk_scale, TILE_D_TAIL, TILE_M,
+                       TILE_D // TILE_D_TAIL)
     return dk, dk_tail, dv
 
 
 @ct.kernel
-def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, qk_scale: float, query_offset: int, softcap: float,
-         window_left: int, window_right: int, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
-         TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-         CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
+def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, qk_scale: float, query_offset: int,
+         softcap: float, window_left: int, window_right: int, TILE_D: ConstInt,
+         TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+         QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool,
+         ATOMIC_DQ: ConstBool):
     k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # key tile 0 sees the most queries: tile by tile over heads, longest first
         k_tile, kv_head, batch = tile_major(
             Q.shape[2] * (TILE_D + TILE_D_TAIL + TILE_DV) * 2 * QUERY_GROUP)
-    dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
+    dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile, qk_scale,
                   query_offset, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
-                  CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right)
+                  CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, ATOMIC_DQ)
 
 
 def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: ConstInt,
@@ -191,13 +215,14 @@ def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: Co
     return first, whole_start, whole_end, end
 
 
-def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_scale,
+def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile, qk_scale,
                   query_offset, TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
                   TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
                   SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right,
-                  KEYS_BY_TMA: ConstBool = True):
+                  ATOMIC_DQ: ConstBool, KEYS_BY_TMA: ConstBool = True):
     """One key tile of one K/V head: its rows of dK and dV, from every query that sees it
-    (the variable-length kernel runs it on views of one sequence). Not KEYS_BY_TMA, the
+    (the variable-length kernel runs it on views of one sequence), and with ATOMIC_DQ its
+    share of every such query's dQ, added to dQAcc. Not KEYS_BY_TMA, the
     key tile, read once, comes by plain loads: on a view the CTA writes each TMA load's
     tensor map itself, and two fewer made the variable-length dK/dV 3% faster at D=64.
     TILE_D_TAIL: Q's and K's columns past TILE_D as products of their own (0: none), as in
@@ -218,9 +243,9 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, batch, kv_head, k_tile, qk_sc
     # Grouped-query heads sum into one dK and dV.
     first, whole_start, whole_end, end = query_tile_ranges(
         k_start, q_len, query_offset, TILE_M, TILE_N, CAUSAL, WINDOW, window_left, window_right)
-    inputs = (Q, dO, Lse, Delta, k, k_tail, v)
-    where = (batch, kv_head, keys, k_len, qk_scale_log2, query_offset, TILE_D, TILE_D_TAIL,
-             TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL)
+    inputs = (Q, dO, Lse, Delta, dQAcc, k, k_tail, v)
+    where = (batch, kv_head, keys, k_len, qk_scale, qk_scale_log2, query_offset, TILE_D,
+             TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, ATOMIC_DQ)
     variants = (SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
     grads = (dk, dk_tail, dv)
     if CAUSAL or WINDOW:

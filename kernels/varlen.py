@@ -193,28 +193,48 @@ def backward_views(Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, K
             sequence_view(Delta, sequence, q_start, q_len), q_start, q_len, k_start, k_len)
 
 
+def add_nan(dQAcc, kv_head, q_len, TILE_M: ConstInt, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
+            QUERY_GROUP: ConstInt):
+    """NaN added to every dQ row of one sequence's query heads of a K/V head: some of its
+    key tiles have no CTA (``tiles_per_sequence``), so their dQ shares are missing."""
+    for step in range(QUERY_GROUP * ct.cdiv(q_len, TILE_M)):
+        head = kv_head * QUERY_GROUP + step % QUERY_GROUP
+        q_tile = step // QUERY_GROUP
+        dQAcc.tiled_view((1, 1, TILE_M, TILE_D)).atomic_store_add(
+            (0, head, q_tile, 0), ct.full((1, 1, TILE_M, TILE_D), math.nan, dtype=ct.float32))
+        if TILE_D_TAIL > 0:
+            dQAcc.tiled_view((1, 1, TILE_M, TILE_D_TAIL)).atomic_store_add(
+                (0, head, q_tile, TILE_D // TILE_D_TAIL),
+                ct.full((1, 1, TILE_M, TILE_D_TAIL), math.nan, dtype=ct.float32))
+
+
 @ct.kernel
-def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
+def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
          qk_scale: float, softcap: float, window_left: int, window_right: int,
          TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
          TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-         WINDOW: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
+         WINDOW: ConstBool, ATOMIC_DQ: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
     kv_head, sequence = ct.bid(1), ct.bid(2)
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
         CUMULATIVE_BOUNDS)
     dK = sequence_view(dK, sequence, k_start, k_len)
     dV = sequence_view(dV, sequence, k_start, k_len)
+    if ATOMIC_DQ:
+        dQAcc = sequence_view(dQAcc, sequence, q_start, q_len)
     k_tile = ct.bid(0)
     num_k_tiles = ct.cdiv(k_len, TILE_N)
     if k_tile < num_k_tiles:
-        dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, 0, kv_head, k_tile, qk_scale,
+        dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, 0, kv_head, k_tile, qk_scale,
                       k_len - q_len, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
-                      CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, False)
+                      CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, ATOMIC_DQ,
+                      False)
     if k_tile == ct.num_blocks(0) - 1:
         for missing in range(k_tile + 1, num_k_tiles):
             store_nan(dK, kv_head, missing, TILE_N, TILE_D, TILE_D_TAIL)
             store_nan(dV, kv_head, missing, TILE_N, TILE_DV, 0)
+        if ATOMIC_DQ and k_tile + 1 < num_k_tiles:
+            add_nan(dQAcc, kv_head, q_len, TILE_M, TILE_D, TILE_D_TAIL, QUERY_GROUP)
 
 
 @ct.kernel

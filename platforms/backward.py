@@ -1,9 +1,11 @@
 """The backward pass's launches (kernels/backward.py), per architecture, as data.
 
-Per head dim, the tile shape and worker warps of the dK/dV kernel and of the dQ kernel.
-Only sm_90 has been looked at; every other architecture gets sm_90's launches, marked
-unmeasured. Where the autotuner has searched them (``python assets/fmha_autotune.py
---backward``), platforms/tuned/<arch>-backward.json's launches replace these.
+Per head dim, the tile shape and worker warps of the dK/dV kernel and of the dQ kernel,
+and where it pays, of "dkdv_dq": the dK/dV kernel that also adds dQ with float32 atomics
+(ATOMIC_DQ), run instead of the two. Only sm_90 has been looked at; every other
+architecture gets sm_90's launches, marked unmeasured. Where the autotuner has searched
+them (``python assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's
+"dkdv" and "dq" launches replace these; it does not search "dkdv_dq".
 """
 
 import functools
@@ -19,11 +21,14 @@ KERNELS = ("dkdv", "dq")
 class BackwardLaunch:
     tiles: TileShape  # TILE_M query rows x TILE_N keys
     num_worker_warps: int | None  # None: the compiler's choice
+    # Tiles with the softcap where `tiles` spill (None: `tiles`): "dkdv_dq" at D=64.
+    softcap_tiles: TileShape | None = None
 
 
 @dataclass(frozen=True)
 class BackwardEntry:
-    launches: dict[int, dict[str, BackwardLaunch]]  # head dim -> "dkdv" / "dq" -> launch
+    # head dim -> "dkdv" / "dq" [/ "dkdv_dq", which the autotuner does not search] -> launch
+    launches: dict[int, dict[str, BackwardLaunch]]
     provenance: str
     # Head dims up to this one run Q's and K's columns as the forward's two tiles (96 = 64 +
     # 32: steps/launcher.py's split_head_dim); wider ones (160, 192) pad to the next tile.
@@ -33,11 +38,14 @@ class BackwardEntry:
 SM_90 = BackwardEntry(
     launches={
         64: {"dkdv": BackwardLaunch(TileShape(64, 128), 8),
-             "dq": BackwardLaunch(TileShape(128, 64), 8)},
+             "dq": BackwardLaunch(TileShape(128, 64), 8),
+             "dkdv_dq": BackwardLaunch(TileShape(128, 128), 8,
+                                       softcap_tiles=TileShape(64, 128))},
         128: {"dkdv": BackwardLaunch(TileShape(32, 128), 8),
               "dq": BackwardLaunch(TileShape(128, 64), 8)},
         256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
-              "dq": BackwardLaunch(TileShape(128, 32), 8)},
+              "dq": BackwardLaunch(TileShape(128, 32), 8),
+              "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8)},
     },
     provenance="Timed per kernel on an NVIDIA H100 80GB HBM3, 2026-11-22, tileiras 13.5 "
                "(B=4, H=32, 16 at D=256, N=8192, fp16; medians of 3 rounds; ms causal / "
@@ -60,7 +68,16 @@ SM_90 = BackwardEntry(
                "up to D=128 only (2026-11-24, H100, B=4 H=32 N=8192 bf16): split, D=96 ran "
                "1.6-2% faster under tileiras 13.4 and 13.5; 192/128 ran 6% faster causal under "
                "13.4 but 6% (causal) and 12% slower under 13.5, which waits after every HGMMA "
-               "of the split dK/dV there (docs/performance.md).",
+               "of the split dK/dV there (docs/performance.md). dkdv_dq since 2026-11-26 (H100, "
+               "bf16, tileiras 13.4; the whole backward against the two kernels, CUDA graphs, "
+               "3 rounds): D=64 128x128 at B=4, H=32, N=4096-16384 0.82-0.87x their time "
+               "(0.99-1.06x cuDNN's speed), and 0.84-0.89x at 256-2048 CTAs (B=1-8, 8-32 "
+               "heads, GQA); with the softcap it spills at 128x128 (causal: 1.16x the two kernels' "
+               "time), 64x128 0.72x. D=256 64x64 0.87-0.92x (1.05-1.15x cuDNN's speed), "
+               "0.77-0.96x at 256-1024 CTAs. D=128 keeps the two kernels: 64x128 took 0.96-0.97x "
+               "their time at B=1-4, H=32, N=4096-8192 but 1.01-1.15x with grouped heads "
+               "(B=2-8, H=16-32/4-8, N=2048-4096, the Llama demo's included). "
+               "docs/performance.md.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

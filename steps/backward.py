@@ -1,9 +1,13 @@
 """The backward pass's launcher: dQ, dK, dV from the forward's inputs, output and LSE.
 
 Three launches (kernels/backward.py): Delta = rowsum(O * dO), then dK/dV (one CTA per
-key tile of a K/V head), then dQ (one CTA per query tile). The forward must have written
+key tile of a K/V head), then dQ (one CTA per query tile); or, where the platform's
+"dkdv_dq" launch pays (platforms/backward.py), Delta and dK/dV adding dQ to a zeroed
+float32 buffer with atomics, which is then cast into dQ. The forward must have written
 the LSE (``plan_launch(..., with_lse=True)``); the backward rebuilds P from it.
 """
+
+import dataclasses
 
 import cuda.tile as ct
 import torch
@@ -11,7 +15,7 @@ import torch
 from ..kernels import backward as kernels
 from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, backward_entry_for
-from .family import DKDV, DQ, ROW_DOT, backward_constants
+from .family import DKDV, DQ, ROW_DOT, UNUSED_ARRAY, backward_constants
 from .launcher import (causal_query_offset, device_facts, launch_head_dim, rows_contiguous,
                        softmax_scale, split_head_dim, tile_head_dim, with_hints)
 from .variants import NO_VARIANTS, Variants
@@ -19,14 +23,18 @@ from .variants import NO_VARIANTS, Variants
 ROW_DOT_TILE_M = 64
 
 
+# The kernel of each backward launch: "dkdv_dq" is dK/dV's with ATOMIC_DQ on.
+KERNEL_OF_LAUNCH = {"dkdv": "dkdv", "dq": "dq", "dkdv_dq": "dkdv"}
+
+
 def backward_kernel(name: str, num_worker_warps: int | None, module=kernels):
-    """The named backward kernel ("dkdv" or "dq") of `module` (the dense ones, or
-    kernels/varlen.py's) with its worker-warps hint."""
+    """The kernel of the named backward launch ("dkdv", "dq" or "dkdv_dq") of `module`
+    (the dense ones, or kernels/varlen.py's) with its worker-warps hint."""
     hints = None if num_worker_warps is None else {"num_worker_warps": num_worker_warps}
-    return with_hints(getattr(module, name), hints)
+    return with_hints(getattr(module, KERNEL_OF_LAUNCH[name]), hints)
 
 
-BACKWARD_FAMILIES = {"dkdv": DKDV, "dq": DQ}
+BACKWARD_FAMILIES = {"dkdv": DKDV, "dq": DQ, "dkdv_dq": DKDV}
 
 
 def check_backward_head_dims(q_head_dim: int, v_head_dim: int) -> None:
@@ -49,31 +57,46 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
 
 def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim: int, *,
                     query_group: int, causal: bool, variants: Variants = NO_VARIANTS):
-    """(launch, constants) of the "dkdv" or "dq" kernel at these head dims: `entry`'s launch
-    for the wider tile width (``launch_head_dim``), Q's and K's columns in the forward's
-    tiles up to `entry.widest_split_head_dim` (``split_head_dim``: D=96 as 64 + 32, not
-    padded to 128) and padded past it, V's padded (``tile_head_dim``)."""
+    """(launch, constants) of the "dkdv", "dq" or "dkdv_dq" launch at these head dims:
+    `entry`'s launch for the wider tile width (``launch_head_dim``; at its softcap tiles
+    under a softcap), Q's and K's columns in the forward's tiles up to
+    `entry.widest_split_head_dim` (``split_head_dim``: D=96 as 64 + 32, not padded to 128)
+    and padded past it, V's padded (``tile_head_dim``)."""
     launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)][name]
+    if variants.softcap is not None and launch.softcap_tiles is not None:
+        launch = dataclasses.replace(launch, tiles=launch.softcap_tiles)
     head_dim, tail = split_head_dim(q_head_dim) if q_head_dim <= entry.widest_split_head_dim \
         else (tile_head_dim(q_head_dim), 0)
     return launch, backward_constants(head_dim, launch.tiles, query_group=query_group,
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
-                                      head_dim_tail=tail)
+                                      head_dim_tail=tail, atomic_dq=name == "dkdv_dq")
 
 
 def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
                             grid_values: dict | None = None, module=kernels,
                             entry: BackwardEntry | None = None,
                             variants: Variants = NO_VARIANTS) -> None:
-    """The dK/dV and dQ launches of `families` (name -> family) with `module`'s kernels:
-    arguments from `tensors` by parameter name, tiles and hints from the backward's
-    platform data for this GPU (or `entry`: the autotuner's candidates), the softcap and
-    the window of `variants` compiled in; `grid_values` adds what only the grids read."""
+    """Writes tensors["dK"], ["dV"] and ["dQ"] with the launches of `families` (name ->
+    family: "dkdv", "dq", "dkdv_dq") and `module`'s kernels: arguments from `tensors` by
+    parameter name, tiles and hints from the backward's platform data for this GPU (or
+    `entry`: the autotuner's candidates), the softcap and the window of `variants` compiled
+    in; `grid_values` adds what only the grids read. Where `entry` has a "dkdv_dq" launch
+    at this head dim, it runs alone, adding dQ to a zeroed float32 buffer that is then cast
+    into dQ; else "dkdv" and "dq". The atomics add in whatever order the CTAs reach them,
+    so dQ may differ in its last bits from run to run: under
+    ``torch.use_deterministic_algorithms(True)`` the two kernels run."""
     q, k, v = tensors["Q"], tensors["K"], tensors["V"]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
-    tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal)
-    for name, family in families.items():
+    tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal) \
+        | {"dQAcc": UNUSED_ARRAY}
+    names, dq_acc = ("dkdv", "dq"), None
+    if "dkdv_dq" in entry.launches[launch_head_dim(q.shape[-1], v.shape[-1])] \
+            and not torch.are_deterministic_algorithms_enabled():
+        names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
+        tensors["dQAcc"] = dq_acc
+    for name in names:
+        family = families[name]
         launch, constants = gradient_launch(entry, name, q.shape[-1], v.shape[-1],
                                             query_group=q.shape[1] // k.shape[1],
                                             causal=causal, variants=variants)
@@ -81,6 +104,8 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),
                   family.arguments(values))
+    if dq_acc is not None:
+        tensors["dQ"].copy_(dq_acc)
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = False,

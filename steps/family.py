@@ -309,14 +309,16 @@ def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1
 
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                        causal: bool, variants=None, value_head_dim: int | None = None,
-                       head_dim_tail: int = 0) -> dict:
+                       head_dim_tail: int = 0, atomic_dq: bool = False) -> dict:
     """The compile-time parameters of one dK/dV or dQ launch, with the softcap and window
-    of `variants` compiled in (steps/variants.py's Variants; None: neither) and Q's and K's
-    columns past head_dim as a tile of `head_dim_tail` (the forward's TILE_D_TAIL)."""
+    of `variants` compiled in (steps/variants.py's Variants; None: neither), Q's and K's
+    columns past head_dim as a tile of `head_dim_tail` (the forward's TILE_D_TAIL), and
+    dK/dV's ATOMIC_DQ (`atomic_dq`; the dQ kernel has none)."""
     switches = variants.constants() if variants is not None else {}
     return attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                value_head_dim=value_head_dim) | {"TILE_D_TAIL": head_dim_tail} | {
-        name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS}
+        name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS} | {
+        "ATOMIC_DQ": atomic_dq}
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
@@ -349,10 +351,13 @@ BACKWARD_VARIANT_CONSTANTS = ("SOFTCAP", "WINDOW")
 _BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[:1] \
     + (Constant("TILE_D_TAIL"),) + _PADDED_TILES[1:] \
     + tuple(Constant(name) for name in BACKWARD_VARIANT_CONSTANTS)
-# dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V.
+# dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V. With ATOMIC_DQ
+# (last) it also adds each query's dQ * qk_scale to dQAcc, float32 like Q, zeroed first.
 DKDV = KernelFamily(
     name="backward dkdv",
-    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4), Tensor("dV", 4)) + _BACKWARD_SETTINGS,
+    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4), Tensor("dV", 4),
+                                   Tensor("dQAcc", 4, ct.float32, read_when="ATOMIC_DQ"))
+    + _BACKWARD_SETTINGS + (Constant("ATOMIC_DQ"),),
     grid=tiles_per_head("K", "TILE_N"),
 )
 # dq(...): one CTA per TILE_M query rows of one head; dQ like Q.

@@ -189,7 +189,7 @@ def varlen_forward(q, k, v, bounds: SequenceBounds, max_seqlen_q: int, *, causal
     return out, lse
 
 
-VARLEN_BACKWARD_FAMILIES = {"dkdv": DKDV_VARLEN, "dq": DQ_VARLEN}
+VARLEN_BACKWARD_FAMILIES = {"dkdv": DKDV_VARLEN, "dq": DQ_VARLEN, "dkdv_dq": DKDV_VARLEN}
 
 
 def varlen_backward(q, k, v, out, lse, grad_out, bounds: SequenceBounds, max_seqlen_q: int,

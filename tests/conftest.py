@@ -199,3 +199,21 @@ def _counted(calls: Counter, name: str, fn):
         calls[name] += 1
         return fn(*args, **kwargs)
     return wrapper
+
+
+@pytest.fixture
+def dq_added_atomically(monkeypatch):
+    """The backward with dQ added by the dK/dV kernel (ATOMIC_DQ) at every head dim: the
+    platform's "dkdv_dq" launches, and at the head dims that have none (D=128 on sm_90, and
+    D=96, whose Q and K columns run as 64 + 32 there) one on dK/dV's tiles."""
+    import dataclasses
+
+    from cutile_fmha.platforms.backward import backward_entry_for
+    from cutile_fmha.steps import backward as launcher
+
+    entry = backward_entry_for("sm_90")
+    entry = dataclasses.replace(entry, launches={
+        head_dim: {"dkdv_dq": kernels["dkdv"]} | kernels
+        for head_dim, kernels in entry.launches.items()})
+    monkeypatch.setattr(launcher, "backward_entry_for", lambda arch: entry)
+    return entry

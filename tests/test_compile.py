@@ -18,6 +18,7 @@ import pytest
 
 from cutile_fmha.kernels import backward as backward_kernels
 from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, entry_for
+from cutile_fmha.platforms.backward import backward_entry_for
 from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import compile as compile_module
 from cutile_fmha.steps.backward import ROW_DOT_TILE_M
@@ -112,12 +113,19 @@ def test_compile_command_writes_cubins_for_the_disassembler(tmp_path, capsys):
 
 
 
+BACKWARD_LAUNCHES = ("dkdv", "dq", "dkdv_dq")  # "dkdv_dq": dK/dV with ATOMIC_DQ
+# Every launch of every head dim on sm_90 ("dkdv_dq" where the table has one); one
+# elsewhere, in turn.
+BACKWARD_CASES = [(name, head_dim) for head_dim, launches in
+                  sorted(backward_entry_for(FULL_GRID_ARCH).launches.items())
+                  for name in BACKWARD_LAUNCHES if name in launches]
+
+
 def _backward_cases():
-    for head_dim in HEAD_DIMS:  # every head dim on sm_90; one kernel elsewhere, in turn
-        for name in ("dkdv", "dq"):
-            yield pytest.param(FULL_GRID_ARCH, name, head_dim, id=f"sm_90-{name}-d{head_dim}")
+    for name, head_dim in BACKWARD_CASES:
+        yield pytest.param(FULL_GRID_ARCH, name, head_dim, id=f"sm_90-{name}-d{head_dim}")
     for index, arch in enumerate(OTHER_ARCHS):
-        name, head_dim = ("dkdv", "dq")[index % 2], HEAD_DIMS[index % len(HEAD_DIMS)]
+        name, head_dim = BACKWARD_CASES[index * 2 % len(BACKWARD_CASES)]
         yield pytest.param(arch, name, head_dim, id=f"{arch}-{name}-d{head_dim}")
 
 
@@ -136,12 +144,14 @@ def test_row_dot_compiles(arch):
 
 
 def _varlen_cases():
-    # sm_90: the forward at every head dim and both backward kernels; elsewhere one kernel.
+    # sm_90: the forward at every head dim and each backward launch; elsewhere one kernel.
+    named = [("fmha", head_dim) for head_dim in HEAD_DIMS] + BACKWARD_CASES
     cases = [(FULL_GRID_ARCH, "fmha", head_dim, VARIANTS[i])
              for i, head_dim in enumerate(HEAD_DIMS)]
     cases += [(FULL_GRID_ARCH, name, 128, VARIANTS[2]) for name in ("dkdv", "dq")]
-    cases += [(arch, ("fmha", "dkdv", "dq")[index % 3], HEAD_DIMS[index % len(HEAD_DIMS)],
-               VARIANTS[index % len(VARIANTS)]) for index, arch in enumerate(OTHER_ARCHS)]
+    cases += [(FULL_GRID_ARCH, "dkdv_dq", 64, VARIANTS[2])]
+    cases += [(arch, *named[index * 3 % len(named)], VARIANTS[index % len(VARIANTS)])
+              for index, arch in enumerate(OTHER_ARCHS)]
     for arch, name, head_dim, (dtype, causal, write_lse, group) in cases:
         yield pytest.param(arch, name, head_dim, dtype, causal, write_lse and name == "fmha",
                            group, id=f"{arch}-{name}-d{head_dim}-{dtype}-"
@@ -217,8 +227,12 @@ def test_variable_length_forward_compiles_with_the_variants(arch, variants, vari
 # architecture.
 def _backward_variant_cases():
     backward_variants = VARIANT_CASES[:2] + VARIANT_CASES[3:]
-    for index, (name, varlen) in enumerate([(n, v) for v in (False, True) for n in ("dkdv", "dq")]):
+    pairs = [(n, v) for v in (False, True) for n in ("dkdv", "dq")]
+    for index, (name, varlen) in enumerate(pairs):
         yield (FULL_GRID_ARCH, name, varlen, HEAD_DIMS[index % len(HEAD_DIMS)],
+               backward_variants[index % len(backward_variants)], index % 2 == 0)
+    for index, (varlen, head_dim) in enumerate([(False, 64), (True, 256)]):
+        yield (FULL_GRID_ARCH, "dkdv_dq", varlen, head_dim,
                backward_variants[index % len(backward_variants)], index % 2 == 0)
     for index, arch in enumerate(OTHER_ARCHS):
         yield (arch, ("dkdv", "dq")[index % 2], index % 2 == 1, 128,

@@ -130,8 +130,9 @@ def test_an_array_is_left_unread_only_under_a_boolean_constant_of_its_family():
                                 "BlockTable", "Sinks"}
     assert unread["forward"] == {"Lse"} and unread["forward, variants"] == {"Lse", "Sinks"}
     # with cu_seqlens, the variable-length kernels read no ends
-    assert unread["backward dkdv, variable length"] == {"QueryEnds", "KeyEnds"}
-    assert "backward dkdv" not in unread  # the backward reads every array it takes
+    assert unread["backward dkdv, variable length"] == {"QueryEnds", "KeyEnds", "dQAcc"}
+    assert unread["backward dkdv"] == {"dQAcc"}  # read under ATOMIC_DQ only
+    assert "backward dq" not in unread  # the dQ kernel reads every array it takes
 
 
 def test_an_unread_array_compiles_as_the_int_scalar_a_launch_passes():

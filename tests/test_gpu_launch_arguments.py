@@ -94,3 +94,19 @@ def test_decode_passes_only_the_arrays_of_its_lookups_and_splits(launches):
     assert [(p["KeyEnds"], p["Partial"], p["Lse"], p["BlockTable"]) for p in passed[:2]] == \
         [(False, False, False, False), (True, True, True, False)]
     assert passed[2]["Lse"]
+
+
+@pytest.mark.parametrize("head_dim,batch,heads,kv_heads,length,adds_dq", [
+    (64, 2, 16, 4, 1000, True), (256, 1, 4, 4, 300, True), (128, 2, 16, 4, 1000, False)])
+def test_backward_adds_dq_in_dkdv_where_the_platform_says(launches, head_dim, batch, heads,
+                                                          kv_heads, length, adds_dq):
+    """The dense backward runs "dkdv_dq" (dK/dV with ATOMIC_DQ, handed the float32 dQ
+    buffer, and no dQ kernel) at the head dims where the platform has that launch (64 and
+    256), else dK/dV and dQ."""
+    q, k, v = (t.requires_grad_() for t in inputs(batch, heads, kv_heads, length, length,
+                                                   head_dim))
+    attention(q, k, v, is_causal=True, enable_gqa=heads != kv_heads).backward(
+        torch.randn_like(q))
+    [dkdv] = [arguments for family, arguments in launches if family is families.DKDV]
+    assert arrays_passed(families.DKDV, dkdv)["dQAcc"] == adds_dq
+    assert any(family is families.DQ for family, _ in launches) != adds_dq

@@ -184,6 +184,14 @@ def test_variants_gradients_match_float64_autograd(case, head_dim):
         assert max(errors.values()) <= 2e-2, errors
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("case", ["all", "window+bottom_right", "softcap"])
+def test_variants_gradients_with_dq_added_atomically(dq_added_atomically, case, head_dim):
+    """As above, with dQ added by the dK/dV kernel ("dkdv_dq", at D=64 on its softcap
+    tiles where the softcap is on) on every grid."""
+    test_variants_gradients_match_float64_autograd(case, head_dim)
+
+
 def test_variants_compile_with_torch_compile():
     q, k, v = inputs(1, 4, 2, 256, 256, 128, "bfloat16", seed=2)
     sinks = torch.randn(4, device="cuda")
@@ -303,6 +311,12 @@ def test_packed_sequences_gradients_with_the_variants(head_dim, causal, case):
         expected.backward(grad[rows].transpose(0, 1)[None].double())
     errors = relative_gradient_errors(leaves, wide)
     assert max(errors.values()) <= 2e-2, errors
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_sequences_gradients_with_the_variants_and_dq_added_atomically(
+        dq_added_atomically, causal):
+    test_packed_sequences_gradients_with_the_variants(64, causal, "all")
 
 
 HEAD_DIM_CASES = [(80, 80), (96, 96), (160, 160), (192, 192), (192, 128), (32, 32), (64, 128)]

@@ -169,6 +169,43 @@ def relative_error(got, want) -> float:
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("lengths,heads,kv_heads,head_dim,dtype", BACKWARD_CASES)
 def test_gradients_match_float64_per_sequence(lengths, heads, kv_heads, head_dim, dtype, causal):
+    check_gradients_per_sequence(lengths, heads, kv_heads, head_dim, dtype, causal)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("lengths,heads,kv_heads,head_dim,dtype",
+                         [BACKWARD_CASES[i] for i in (0, 3, 5, 6, 7)])
+def test_gradients_with_dq_added_atomically_per_sequence(dq_added_atomically, lengths, heads,
+                                                         kv_heads, head_dim, dtype, causal):
+    """As above, with dQ added by the dK/dV kernel ("dkdv_dq") on every grid."""
+    check_gradients_per_sequence(lengths, heads, kv_heads, head_dim, dtype, causal)
+
+
+def test_dq_added_atomically_marks_rows_past_a_short_grid_with_nan(dq_added_atomically):
+    """A max_seqlen_k below the truth leaves key tiles without a CTA: their share of dQ is
+    missing, so every dQ row of those sequences is NaN (as dK and dV past the grid are);
+    the sequences whose key tiles the grid covers get their dQ."""
+    lengths = [(100, 100), (0, 0), (257, 257), (1, 1), (31, 64)]
+    q, k, v, grad_out, cu_q, cu_k = packed_inputs(lengths, 8, 2, 64, "bfloat16", seed=7)
+
+    def grads(max_seqlen):
+        inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+        attention_varlen(*inputs, cu_q, cu_k, max_seqlen, max_seqlen,
+                         is_causal=True).backward(grad_out)
+        return [t.grad for t in inputs]
+
+    small, whole = grads(16), grads(257)
+    # max_seqlen 16 makes one key tile per sequence: the sequences whose keys fit one get
+    # all of dQ, the others (257 keys) none of it.
+    key_tile = dq_added_atomically.launches[64]["dkdv_dq"].tiles.tile_n
+    q_lengths, k_lengths = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
+    covered = (k_lengths <= key_tile).repeat_interleave(q_lengths)
+    assert 0 < covered.sum() < covered.numel()
+    assert torch.allclose(small[0][covered], whole[0][covered], rtol=1e-2, atol=1e-2)
+    assert small[0][~covered].isnan().all() and not whole[0].isnan().any()
+
+
+def check_gradients_per_sequence(lengths, heads, kv_heads, head_dim, dtype, causal):
     q, k, v, grad_out, cu_q, cu_k = packed_inputs(lengths, heads, kv_heads, head_dim, dtype,
                                                   seed=head_dim * 3 + heads)
     views = [t.transpose(0, 1)[None] for t in (q, k, v, grad_out)]

@@ -164,13 +164,13 @@ def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])
 def test_backward_variant_branches_cost_the_plain_backward_nothing(name, tmp_path):
-    """The backward's SOFTCAP and WINDOW off and no TILE_D_TAIL (every plain backward
-    launch): the sm_90 machine code is that of kernels/backward.py with their branches
-    deleted."""
+    """The backward's SOFTCAP, WINDOW and ATOMIC_DQ off and no TILE_D_TAIL (every plain
+    two-kernel backward launch): the sm_90 machine code is that of kernels/backward.py with
+    their branches deleted."""
     launch = backward_entry_for("sm_90").launches[128][name]
     constants = backward_constants(128, launch.tiles, query_group=2, causal=True)
     without = module_without(backward_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW",
-                             "TILE_D_TAIL")
+                             "TILE_D_TAIL", "ATOMIC_DQ")
     assert sass(compile_backward(name, "sm_90", dtype="bfloat16", head_dim=128, causal=True,
                                  query_group=2)) == \
         sass(export_cubin(backward_kernel(name, launch.num_worker_warps, without),
@@ -187,6 +187,22 @@ def test_softcap_is_one_hardware_tanh_per_score_and_window_and_sinks_spill_nothi
     usage, code = resource_usage(cubin), sass(cubin)
     assert "MUFU.TANH" in code and "HGMMA" in code and "UTMALDG" in code
     assert_no_spills(usage, code)
+
+
+@pytest.mark.parametrize("head_dim", [d for d, launches in
+                                      backward_entry_for("sm_90").launches.items()
+                                      if "dkdv_dq" in launches])
+def test_dq_added_in_dkdv_is_one_float32_reduction_per_element_and_spills_little(head_dim):
+    """"dkdv_dq" (dK/dV with ATOMIC_DQ) on sm_90, causal, grouped: warpgroup MMA, TMA
+    loads, dQ added by REDG.E.ADD.F32 one element each (not the vector F32x4 form, which
+    measured 1.6-1.9x slower) and no returning atomics, at most a few spilled registers:
+    those launches spill 0-32 bytes (docs/performance.md)."""
+    cubin = compile_backward("dkdv_dq", "sm_90", dtype="bfloat16", head_dim=head_dim,
+                             causal=True, query_group=2)
+    usage, code = resource_usage(cubin), sass(cubin)
+    assert "HGMMA" in code and "UTMALDG" in code
+    assert "REDG.E.ADD.F32.FTZ.RN" in code and "F32x4" not in code and "ATOMG" not in code
+    assert int(re.search(r"STACK:(\d+)", usage).group(1)) <= 32, usage
 
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])
