@@ -36,7 +36,7 @@ import cuda.tile as ct
 from ..platforms import occupancy_by_target, worker_warps_by_target
 from . import step10_head_dim_tiling as head_dim_tiling
 from . import step11_resident_query as resident_query
-from .backward import dkdv_key_tile, dq_query_tile
+from .backward import add_query_rows, dkdv_key_tile, dq_query_tile
 from .common import ConstBool, ConstInt
 from .step9_unmasked_loop import attend_query_tile
 from .step10_head_dim_tiling import output_chunks
@@ -200,12 +200,11 @@ def add_nan(dQAcc, kv_head, q_len, TILE_M: ConstInt, TILE_D: ConstInt, TILE_D_TA
     for step in range(QUERY_GROUP * ct.cdiv(q_len, TILE_M)):
         head = kv_head * QUERY_GROUP + step % QUERY_GROUP
         q_tile = step // QUERY_GROUP
-        dQAcc.tiled_view((1, 1, TILE_M, TILE_D)).atomic_store_add(
-            (0, head, q_tile, 0), ct.full((1, 1, TILE_M, TILE_D), math.nan, dtype=ct.float32))
+        add_query_rows(dQAcc, ct.full((TILE_M, TILE_D), math.nan, dtype=ct.float32), 0, head,
+                       q_tile, TILE_M, TILE_D)
         if TILE_D_TAIL > 0:
-            dQAcc.tiled_view((1, 1, TILE_M, TILE_D_TAIL)).atomic_store_add(
-                (0, head, q_tile, TILE_D // TILE_D_TAIL),
-                ct.full((1, 1, TILE_M, TILE_D_TAIL), math.nan, dtype=ct.float32))
+            add_query_rows(dQAcc, ct.full((TILE_M, TILE_D_TAIL), math.nan, dtype=ct.float32),
+                           0, head, q_tile, TILE_M, TILE_D_TAIL, TILE_D // TILE_D_TAIL)
 
 
 @ct.kernel
