@@ -159,8 +159,8 @@ def attention_varlen(query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     wrong give wrong rows, never a read or write outside the tensors.
     max_seqlen_q, max_seqlen_k: the longest query and key sequence, which size the grid.
     Not checked either (that would read cu_seqlens on the host). Below the truth, the
-    forward still computes every row (with fewer CTAs), but the backward writes NaN to the
-    gradient rows past the grid: loud, never silently wrong.
+    rows past the grid get NaN: the output and LSE in the forward, the gradients in the
+    backward; loud, never silently wrong.
     is_causal: each sequence's query i sees its keys 0..i + k_len - q_len: the diagonal is
         aligned to the sequence's last key (bottom right, as flash-attn aligns varlen
         batches; the same as top left where q_len == k_len). A sequence with no keys, and

@@ -19,14 +19,13 @@ kernels/backward.py. Under CAUSAL each sequence's diagonal is aligned to its las
 (bottom right, as flash-attn aligns varlen batches). A sequence with no keys gives zeros
 and an LSE of -inf.
 
-The grid is sized from the longest sequence the caller names. In the forward each CTA
-strides through its sequence's tiles by the grid's width, so a sequence longer than the
-caller said is still computed in full, with less parallelism. The backward's kernels do
-one tile per CTA (the same loop there made the compiler spill 400-850 bytes per thread at
-D=128 on sm_90): the last CTA of a row writes NaN to the tiles past the grid, so a
-max_seqlen below the truth gives NaN gradients, never silently wrong ones. Bounds are
-clamped to the arrays: bounds that are wrong give wrong rows, never a read or write
-outside the tensors.
+The grid is sized from the longest sequence the caller names, one tile per CTA: the last
+CTA of a row writes NaN to the tiles past the grid (the output and its LSE in the forward,
+the gradients in the backward), so a max_seqlen below the truth gives NaN, never silently
+wrong results. (A forward CTA that strode through its sequence's tiles by the grid's width
+hung on sm_90 at D=64 under tileiras 13.4; in the backward the same loop spilled 400-850
+bytes per thread at D=128: docs/performance.md.) Bounds are clamped to the arrays: bounds
+that are wrong give wrong rows, never a read or write outside the tensors.
 """
 
 import math
@@ -97,20 +96,33 @@ def forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     return Q, K, V, Out, Lse, q_len, k_len
 
 
-def store_no_keys(Out, Lse, head, q_tile, out_slice, TILE_M: ConstInt, TILE_D: ConstInt,
-                  TILE_V: ConstInt, WRITE_LSE: ConstBool):
-    """A query tile of a sequence with no keys: zeros in this CTA's TILE_V output columns,
-    and an LSE of -inf (flash-attn's convention)."""
+def fill_query_tile(Out, Lse, head, q_tile, out_slice, value, lse_value, TILE_M: ConstInt,
+                    TILE_D: ConstInt, TILE_V: ConstInt, WRITE_LSE: ConstBool):
+    """`value` in this CTA's TILE_V output columns of a query tile and `lse_value` in its
+    LSE: zeros and -inf for a sequence with no keys (flash-attn's convention), NaN for a
+    tile past the grid."""
     if TILE_V < TILE_D:
         first_column = out_slice * TILE_V
         Out = Out.slice(3, first_column, first_column + TILE_V)
     for offset, width in ct.static_iter(output_chunks(TILE_V)):
         ct.store(Out, index=(0, head, q_tile, offset // width),
-                 tile=ct.zeros((1, 1, TILE_M, width), dtype=Out.dtype))
+                 tile=ct.full((1, 1, TILE_M, width), value, dtype=Out.dtype))
     if WRITE_LSE:
         if out_slice == 0:
             ct.store(Lse, index=(0, head, q_tile),
-                     tile=ct.full((1, 1, TILE_M), -math.inf, dtype=ct.float32))
+                     tile=ct.full((1, 1, TILE_M), lse_value, dtype=ct.float32))
+
+
+def fill_past_the_grid(Out, Lse, head, tile, num_tiles, num_q_tiles, out_slice,
+                       TILE_M: ConstInt, TILE_D: ConstInt, TILE_V: ConstInt,
+                       CAUSAL: ConstBool, WRITE_LSE: ConstBool):
+    """NaN in the output and LSE of the sequence's query tiles that the grid's `num_tiles`
+    CTAs of a row do not reach, written by the last of them (`tile`)."""
+    if tile == num_tiles - 1:
+        for missing in range(tile + 1, num_q_tiles):
+            q_tile = num_q_tiles - 1 - missing if CAUSAL else missing
+            fill_query_tile(Out, Lse, head, q_tile, out_slice, math.nan, math.nan, TILE_M,
+                            TILE_D, TILE_V, WRITE_LSE)
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
@@ -130,15 +142,19 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     no_keys = k_len == 0
     if SINKS:  # every row's weight is its sink's: the key loop gives 0 and the sink's LSE
         no_keys = k_len < 0
-    for tile in range(ct.bid(0), num_q_tiles, ct.num_blocks(0)):
+    tile = ct.bid(0)
+    if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first, as step 8
         if no_keys:
-            store_no_keys(Out, Lse, head, q_tile, 0, TILE_M, TILE_DV, TILE_DV, WRITE_LSE)
+            fill_query_tile(Out, Lse, head, q_tile, 0, 0.0, -math.inf, TILE_M, TILE_DV,
+                            TILE_DV, WRITE_LSE)
         else:
             attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, qk_scale, k_len - q_len,
                               TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
                               CAUSAL, WRITE_LSE, False, 1.0, SOFTCAP, softcap, WINDOW,
                               window_left, window_right, SINKS, Sinks)
+    fill_past_the_grid(Out, Lse, head, tile, ct.num_blocks(0), num_q_tiles, 0, TILE_M, TILE_DV,
+                       TILE_DV, CAUSAL, WRITE_LSE)
 
 
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
@@ -156,10 +172,12 @@ def fmha_tiled_head_dim(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, Ke
                                                     KeyStarts, KeyEnds, sequence, WRITE_LSE,
                                                     CUMULATIVE_BOUNDS)
     num_q_tiles = ct.cdiv(q_len, TILE_M)
-    for tile in range(ct.bid(0) // slices, num_q_tiles, ct.num_blocks(0) // slices):
+    tile = ct.bid(0) // slices
+    if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile
         if k_len == 0:
-            store_no_keys(Out, Lse, head, q_tile, out_slice, TILE_M, TILE_D, TILE_V, WRITE_LSE)
+            fill_query_tile(Out, Lse, head, q_tile, out_slice, 0.0, -math.inf, TILE_M, TILE_D,
+                            TILE_V, WRITE_LSE)
         elif RESIDENT_QUERY:
             resident_query.attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, out_slice,
                                              qk_scale, k_len - q_len, TILE_D, TILE_M, TILE_N,
@@ -168,6 +186,8 @@ def fmha_tiled_head_dim(Q, K, V, Out, Lse, QueryStarts, QueryEnds, KeyStarts, Ke
             head_dim_tiling.attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, out_slice,
                                               qk_scale, k_len - q_len, TILE_D, TILE_M, TILE_N,
                                               QUERY_GROUP, CAUSAL, TILE_K, TILE_V, WRITE_LSE)
+    fill_past_the_grid(Out, Lse, head, tile, ct.num_blocks(0) // slices, num_q_tiles, out_slice,
+                       TILE_M, TILE_D, TILE_V, CAUSAL, WRITE_LSE)
 
 
 def store_nan(X, head, row_tile, ROWS: ConstInt, TILE_D: ConstInt, TILE_D_TAIL: ConstInt):

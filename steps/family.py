@@ -273,8 +273,7 @@ def tiles_per_sequence(length: str, tile: str,
                        heads_of: str) -> Callable[[dict], tuple[int, int, int]]:
     """The grid of one CTA per `tile` rows of the longest sequence (`length`: at least one
     CTA), per head of `heads_of` and per sequence. What a sequence longer than `length`
-    gets is the kernels' (kernels/varlen.py): the forward strides through its tiles, the
-    backward writes NaN past the grid."""
+    gets is the kernels' (kernels/varlen.py): NaN past the grid."""
     return lambda values: (max(math.ceil(values[length] / values[tile]), 1),
                            values[heads_of].shape[1], sequences(values))
 

@@ -242,14 +242,26 @@ def test_entry_point_layout_max_seqlen_autograd_and_compile():
     assert out.shape == q.shape and out.is_contiguous() and lse.shape == (8, q.shape[0])
     eager_out, eager_grads = run(attention_varlen)
     assert torch.equal(eager_out.detach(), out)
-    # A max_seqlen below the truth sizes a smaller grid: the forward still computes every
-    # row; the backward marks the rows past its grid with NaN.
+    # A max_seqlen below the truth sizes a smaller grid: the forward and the backward mark
+    # the rows past it with NaN (output, LSE and gradients) and compute the others.
     small_out, small_grads = run(attention_varlen, max_seqlen=16)
-    assert torch.equal(small_out, eager_out)
-    for small, eager, cu in zip(small_grads, eager_grads, (cu_q, cu_k, cu_k)):
+    _, small_lse = attention_varlen(q, k, v, cu_q, cu_k, 16, 16, is_causal=True,
+                                    return_lse=True)
+    for small, eager, cu in zip([small_out, *small_grads], [eager_out, *eager_grads],
+                                (cu_q, cu_q, cu_k, cu_k)):
         lengths = cu[1:] - cu[:-1]
         short = (lengths <= 16).repeat_interleave(lengths)  # rows of sequences the grid covers
         assert torch.equal(small[short], eager[short]) and small[~short].isnan().any()
+    q_lengths = cu_q[1:] - cu_q[:-1]
+    short = (q_lengths <= 16).repeat_interleave(q_lengths)
+    assert torch.equal(small_lse[:, short], lse[:, short]) and small_lse[:, ~short].isnan().any()
+    # Causal, the grid's one CTA takes the longest tile, the last: of 257 rows, row 256
+    # at any power-of-two tile up to 256 rows.
+    long_rows, eager_rows = small_out[cu_q[2]:cu_q[3]], eager_out[cu_q[2]:cu_q[3]]
+    assert long_rows[:256].isnan().all() and torch.equal(long_rows[256:], eager_rows[256:])
+    long_lse = small_lse[:, cu_q[2]:cu_q[3]]
+    assert long_lse[:, :256].isnan().all() and torch.equal(long_lse[:, 256:],
+                                                          lse[:, cu_q[2] + 256:cu_q[3]])
     compiled_out, compiled_grads = run(torch.compile(attention_varlen, fullgraph=True))
     assert torch.equal(compiled_out, eager_out)
     assert all(torch.equal(a, b) for a, b in zip(compiled_grads, eager_grads))
