@@ -2,7 +2,7 @@
 
 Per head dim, the tile shape and worker warps of the dK/dV kernel and of the dQ kernel,
 and where it pays, of "dkdv_dq": the dK/dV kernel that also adds dQ with float32 atomics
-(ATOMIC_DQ), run instead of the two. Only sm_90 has been looked at; every other
+(ATOMIC_DQ), run instead of the two (for every call, or for those its ``only_with`` names). Only sm_90 has been looked at; every other
 architecture gets sm_90's launches, marked unmeasured. Where the autotuner has searched
 them (``python assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's
 "dkdv" and "dq" launches replace these; it does not search "dkdv_dq".
@@ -23,6 +23,13 @@ class BackwardLaunch:
     num_worker_warps: int | None  # None: the compiler's choice
     # Tiles with the softcap where `tiles` spill (None: `tiles`): "dkdv_dq" at D=64.
     softcap_tiles: TileShape | None = None
+    # "dkdv_dq" only: the calls it runs for, by what they have (ATOMIC_DQ_FEATURES: a
+    # softcap, a window, Q's and K's columns split in two tiles); None: every call.
+    only_with: frozenset[str] | None = None
+
+
+# What a call may have that decides whether "dkdv_dq" runs for it (BackwardLaunch.only_with).
+ATOMIC_DQ_FEATURES = frozenset({"softcap", "window", "split"})
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,8 @@ SM_90 = BackwardEntry(
              "dkdv_dq": BackwardLaunch(TileShape(128, 128), 8,
                                        softcap_tiles=TileShape(64, 128))},
         128: {"dkdv": BackwardLaunch(TileShape(32, 128), 8),
-              "dq": BackwardLaunch(TileShape(128, 64), 8)},
+              "dq": BackwardLaunch(TileShape(128, 64), 8),
+              "dkdv_dq": BackwardLaunch(TileShape(64, 128), 8, only_with=ATOMIC_DQ_FEATURES)},
         256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
               "dq": BackwardLaunch(TileShape(128, 32), 8),
               "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8)},
@@ -76,8 +84,12 @@ SM_90 = BackwardEntry(
                "time), 64x128 0.72x. D=256 64x64 0.87-0.92x (1.05-1.15x cuDNN's speed), "
                "0.77-0.96x at 256-1024 CTAs. D=128 keeps the two kernels: 64x128 took 0.96-0.97x "
                "their time at B=1-4, H=32, N=4096-8192 but 1.01-1.15x with grouped heads "
-               "(B=2-8, H=16-32/4-8, N=2048-4096, the Llama demo's included). "
-               "docs/performance.md.",
+               "(B=2-8, H=16-32/4-8, N=2048-4096, the Llama demo's included); so at D=128 only "
+               "calls with a softcap, a window or split Q/K columns (D=80, 96) take it "
+               "(H200, bf16, 2026-11-26, 64x128 against the two kernels: softcap 30 "
+               "0.85-0.90x at B=4, H=32 or 32/8, N=4096-8192, 1.01x at the Llama demo's "
+               "shape; window 4096 at N=8192 0.93x, 0.98x with 32/8 heads; D=96 0.84-0.90x, "
+               "0.92-0.93x cuDNN's speed). docs/performance.md.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

@@ -65,12 +65,34 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
     launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)][name]
     if variants.softcap is not None and launch.softcap_tiles is not None:
         launch = dataclasses.replace(launch, tiles=launch.softcap_tiles)
-    head_dim, tail = split_head_dim(q_head_dim) if q_head_dim <= entry.widest_split_head_dim \
-        else (tile_head_dim(q_head_dim), 0)
+    head_dim, tail = query_columns(entry, q_head_dim)
     return launch, backward_constants(head_dim, launch.tiles, query_group=query_group,
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
                                       head_dim_tail=tail, atomic_dq=name == "dkdv_dq")
+
+
+def query_columns(entry: BackwardEntry, q_head_dim: int) -> tuple[int, int]:
+    """(TILE_D, TILE_D_TAIL) of Q's and K's columns in the backward: the forward's split up
+    to `entry.widest_split_head_dim`, padded past it."""
+    if q_head_dim <= entry.widest_split_head_dim:
+        return split_head_dim(q_head_dim)
+    return tile_head_dim(q_head_dim), 0
+
+
+def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
+                       variants: Variants) -> bool:
+    """Whether the call runs "dkdv_dq" alone: `entry` has it at this head dim, for every
+    call or for one with what its ``only_with`` names, and deterministic algorithms are off
+    (its atomics add in whatever order the CTAs reach them)."""
+    launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)].get("dkdv_dq")
+    if launch is None or torch.are_deterministic_algorithms_enabled():
+        return False
+    if launch.only_with is None:
+        return True
+    has = {"softcap": variants.softcap is not None, "window": variants.window is not None,
+           "split": query_columns(entry, q_head_dim)[1] > 0}
+    return any(has[feature] for feature in launch.only_with)
 
 
 def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
@@ -81,18 +103,17 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     family: "dkdv", "dq", "dkdv_dq") and `module`'s kernels: arguments from `tensors` by
     parameter name, tiles and hints from the backward's platform data for this GPU (or
     `entry`: the autotuner's candidates), the softcap and the window of `variants` compiled
-    in; `grid_values` adds what only the grids read. Where `entry` has a "dkdv_dq" launch
-    at this head dim, it runs alone, adding dQ to a zeroed float32 buffer that is then cast
-    into dQ; else "dkdv" and "dq". The atomics add in whatever order the CTAs reach them,
-    so dQ may differ in its last bits from run to run: under
+    in; `grid_values` adds what only the grids read. Where `entry`'s "dkdv_dq" launch is
+    for this call (``adds_dq_atomically``), it runs alone, adding dQ to a zeroed float32
+    buffer that is then cast into dQ; else "dkdv" and "dq". The atomics add in whatever
+    order the CTAs reach them, so dQ may differ in its last bits from run to run: under
     ``torch.use_deterministic_algorithms(True)`` the two kernels run."""
     q, k, v = tensors["Q"], tensors["K"], tensors["V"]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
     tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal) \
         | {"dQAcc": UNUSED_ARRAY}
     names, dq_acc = ("dkdv", "dq"), None
-    if "dkdv_dq" in entry.launches[launch_head_dim(q.shape[-1], v.shape[-1])] \
-            and not torch.are_deterministic_algorithms_enabled():
+    if adds_dq_atomically(entry, q.shape[-1], v.shape[-1], variants):
         names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
         tensors["dQAcc"] = dq_acc
     for name in names:

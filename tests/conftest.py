@@ -203,9 +203,10 @@ def _counted(calls: Counter, name: str, fn):
 
 @pytest.fixture
 def dq_added_atomically(monkeypatch):
-    """The backward with dQ added by the dK/dV kernel (ATOMIC_DQ) at every head dim: the
-    platform's "dkdv_dq" launches, and at the head dims that have none (D=128 on sm_90, and
-    D=96, whose Q and K columns run as 64 + 32 there) one on dK/dV's tiles."""
+    """The backward with dQ added by the dK/dV kernel (ATOMIC_DQ) for every call at every
+    head dim: the platform's "dkdv_dq" launches without their ``only_with`` (sm_90's at
+    D=128 runs only with a softcap, a window or split columns), and one on dK/dV's tiles
+    where a head dim has none."""
     import dataclasses
 
     from cutile_fmha.platforms.backward import backward_entry_for
@@ -213,7 +214,8 @@ def dq_added_atomically(monkeypatch):
 
     entry = backward_entry_for("sm_90")
     entry = dataclasses.replace(entry, launches={
-        head_dim: {"dkdv_dq": kernels["dkdv"]} | kernels
+        head_dim: kernels | {"dkdv_dq": dataclasses.replace(
+            kernels.get("dkdv_dq", kernels["dkdv"]), only_with=None)}
         for head_dim, kernels in entry.launches.items()})
     monkeypatch.setattr(launcher, "backward_entry_for", lambda arch: entry)
     return entry

@@ -4,19 +4,22 @@ import json
 import re
 
 import pytest
+import torch
 
 from cutile_fmha.kernels import step6_approx_div
 from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry,
                                    TileShape, TunedLaunch, entry_for, occupancy_by_target,
                                    worker_warps_by_target)
 from cutile_fmha.platforms import tuned
-from cutile_fmha.platforms.backward import (BACKWARD_ENTRIES, DEFAULT_BACKWARD,
-                                            backward_entry_for)
+from cutile_fmha.platforms.backward import (ATOMIC_DQ_FEATURES, BACKWARD_ENTRIES,
+                                            DEFAULT_BACKWARD, backward_entry_for)
 from cutile_fmha.platforms.entry import DECODE_GUESS, SOURCES, DecodeLaunch
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
+from cutile_fmha.steps.backward import adds_dq_atomically
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
 from cutile_fmha.steps.definitions import QUERY_TILE_STEP
+from cutile_fmha.steps.variants import NO_VARIANTS, Variants
 
 ENTRIES = list(PLATFORMS.values()) + [DEFAULT]
 
@@ -205,10 +208,33 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
         assert set(entry.launches) == set(HEAD_DIMS)
         assert all({"dkdv", "dq"} <= set(kernels) <= {"dkdv", "dq", "dkdv_dq"}
                    for kernels in entry.launches.values())
+        assert all(launch.only_with is None or (name == "dkdv_dq" and launch.only_with
+                                                and launch.only_with <= ATOMIC_DQ_FEATURES)
+                   for kernels in entry.launches.values() for name, launch in kernels.items())
         assert entry.provenance
     assert "H100" in backward_entry_for("sm_90").provenance
     assert backward_entry_for("sm_103") is DEFAULT_BACKWARD
     assert DEFAULT_BACKWARD.provenance.startswith("unmeasured")
+
+
+@pytest.mark.parametrize("q_head_dim,v_head_dim,variants,deterministic,adds", [
+    (64, 64, NO_VARIANTS, False, True),       # "dkdv_dq" for every call
+    (64, 64, NO_VARIANTS, True, False),       # the two kernels under deterministic algorithms
+    (128, 128, NO_VARIANTS, False, False),    # only with what only_with names
+    (128, 128, Variants(softcap=30.0), False, True),
+    (128, 128, Variants(window=(512, 0)), False, True),
+    (128, 128, Variants(sinks=True), False, False),
+    (96, 96, NO_VARIANTS, False, True),       # split columns, 64 + 32
+    (80, 80, NO_VARIANTS, False, True),       # 64 + 16
+    (112, 112, NO_VARIANTS, False, False),    # padded to 128, not split
+    (192, 128, NO_VARIANTS, False, True),     # D=256's launch, for every call
+])
+def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v_head_dim,
+                                                      variants, deterministic, adds):
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: deterministic)
+    entry = backward_entry_for("sm_90")
+    assert entry.launches[128]["dkdv_dq"].only_with == ATOMIC_DQ_FEATURES
+    assert adds_dq_atomically(entry, q_head_dim, v_head_dim, variants) == adds
 
 
 @pytest.mark.parametrize("head_dim,slice_width", [(320, 320), (704, 704), (768, 384),
