@@ -2,7 +2,9 @@
 cuDNN, one process, rotating rounds of CUDA-graph replays (cuDNN eager, as the backward
 benchmark times it). Parts: grid (the platform's choice vs the package at HEAD, cutile_fmha_old,
 vs cuDNN), d128 (two kernels both: the extra parameter), threshold (fused forced vs pair
-forced at small grids), variants, varlen. One JSON line per shape."""
+forced at small grids), variants, varlen; later softcap128, d96 and rule128 (the one kernel
+at 64x128 forced against the two at D=128 with a softcap or window, D=96 and D=80). One JSON
+line per shape."""
 import dataclasses, json, statistics, sys
 import torch, triton.testing as tt
 from torch.nn.attention import sdpa_kernel, SDPBackend
@@ -63,7 +65,7 @@ def dense(B, H, HKV, N, D, causal, kinds, variants=None):
         elif kind == "old":
             fns[kind] = lambda: old_backward(q, k, v, out, lse, do, causal=causal)
         else:
-            entry = {"ours": BASE, "fused": FUSED, "pair": PAIR}.get(kind) or fused_at(D, kind)
+            entry = {"ours": BASE, "fused": FUSED, "pair": PAIR}.get(kind) or fused_at(128 if D < 128 and D != 64 else D, kind)
             fns[kind] = lambda entry=entry: attention_backward(q, k, v, out, lse, do, causal=causal, entry=entry, variants=var)
         grads[kind] = fns[kind]()
     torch.cuda.synchronize()
@@ -134,6 +136,23 @@ if "threshold128" in parts:
     for B, H, HKV, N in ((2, 32, 8, 4096), (8, 16, 4, 2048), (1, 32, 32, 4096), (4, 32, 8, 4096),
                          (2, 32, 32, 4096)):
         dense(B, H, HKV, N, 128, True, ("fused 64x128", "pair", "cudnn"))
+if "softcap128" in parts:
+    cap = Variants(softcap=30.0)
+    for B, H, HKV, N, causal in ((4, 32, 32, 4096, True), (4, 32, 32, 4096, False), (4, 32, 8, 4096, True),
+                                 (4, 32, 8, 4096, False), (4, 32, 8, 8192, True), (4, 16, 4, 2048, True)):
+        dense(B, H, HKV, N, 128, causal, ("fused 64x128", "pair"), variants=cap)
+    for B, H, HKV, N, causal in ((4, 32, 8, 8192, True), (4, 32, 32, 8192, True)):
+        dense(B, H, HKV, N, 128, causal, ("fused 64x128", "pair"), variants=Variants(window=(4096, None)))
+if "d96" in parts:
+    for causal in (True, False):
+        dense(4, 32, 32, 8192, 96, causal, ("fused 64x128", "fused 32x128", "pair", "cudnn"))
+    dense(4, 32, 8, 4096, 96, True, ("fused 64x128", "pair", "cudnn"))
+if "rule128" in parts:
+    for causal in (True, False):
+        dense(4, 32, 32, 8192, 80, causal, ("fused 64x128", "pair", "cudnn"))
+    dense(4, 32, 32, 8192, 96, True, ("fused 64x128", "pair"), variants=Variants(softcap=30.0))
+    dense(4, 32, 8, 8192, 128, True, ("fused 64x128", "pair"), variants=Variants(window=(4096, None), softcap=30.0))
+    dense(4, 32, 8, 8192, 96, True, ("fused 64x128", "pair"), variants=Variants(window=(1024, None)))
 if "varlen" in parts:
     for lengths in ([2048] * 16, [4096, 512, 3000, 1000, 8192, 700, 2500, 4096]):
         for causal in (True, False):
