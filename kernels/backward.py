@@ -28,7 +28,7 @@ tanh's derivative, 1 - t^2; with WINDOW the loops skip the tile pairs outside ev
 row's window, as the forward does, and mask those across its edges. Off, the code is not
 there (tests/test_machine_code.py). So with TILE_D_TAIL: a head dim such as 96 can run Q's
 and K's columns as two tiles (64 + 32), the forward's split, not padded; which head dims do
-is the platform's (platforms/backward.py's widest_split_head_dim).
+is the platform's (each launch's split_head_dims in platforms/backward.py).
 """
 
 import cuda.tile as ct

@@ -26,6 +26,11 @@ class BackwardLaunch:
     # "dkdv_dq" only: the calls it runs for, by what they have (ATOMIC_DQ_FEATURES: a
     # softcap, a window, Q's and K's columns split in two tiles); None: every call.
     only_with: frozenset[str] | None = None
+    # The head dims whose Q and K columns run as the forward's two tiles (96 = 64 + 32,
+    # 192 = 128 + 64: steps/launcher.py's split_head_dim); the others pad to the next tile.
+    # The two kernels pad 144-192 (tileiras 13.5 waits after every HGMMA of their split
+    # dK/dV); "dkdv_dq" at D=256 splits 192, where it pays, and pads 160, where it does not.
+    split_head_dims: frozenset[int] = frozenset({48, 80, 96})
 
 
 # What a call may have that decides whether "dkdv_dq" runs for it (BackwardLaunch.only_with).
@@ -37,9 +42,6 @@ class BackwardEntry:
     # head dim -> "dkdv" / "dq" [/ "dkdv_dq", which the autotuner does not search] -> launch
     launches: dict[int, dict[str, BackwardLaunch]]
     provenance: str
-    # Head dims up to this one run Q's and K's columns as the forward's two tiles (96 = 64 +
-    # 32: steps/launcher.py's split_head_dim); wider ones (160, 192) pad to the next tile.
-    widest_split_head_dim: int = 128
 
 
 SM_90 = BackwardEntry(
@@ -53,7 +55,7 @@ SM_90 = BackwardEntry(
               "dkdv_dq": BackwardLaunch(TileShape(64, 128), 8, only_with=ATOMIC_DQ_FEATURES)},
         256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
               "dq": BackwardLaunch(TileShape(128, 32), 8),
-              "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8)},
+              "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8, split_head_dims=frozenset({192}))},
     },
     provenance="Timed per kernel on an NVIDIA H100 80GB HBM3, 2026-11-22, tileiras 13.5 "
                "(B=4, H=32, 16 at D=256, N=8192, fp16; medians of 3 rounds; ms causal / "
@@ -89,7 +91,11 @@ SM_90 = BackwardEntry(
                "(H200, bf16, 2026-11-26, 64x128 against the two kernels: softcap 30 "
                "0.85-0.90x at B=4, H=32 or 32/8, N=4096-8192, 1.01x at the Llama demo's "
                "shape; window 4096 at N=8192 0.93x, 0.98x with 32/8 heads; D=96 0.84-0.90x, "
-               "0.92-0.93x cuDNN's speed). docs/performance.md.",
+               "0.92-0.93x cuDNN's speed). dkdv_dq at D=256 splits D_qk=192 as 128 + 64 (H100, "
+               "2026-11-26, B=4, H=32, N=8192, bf16, against padded to 256 on the same 64x64 "
+               "tiles): 192/128 0.86 / 0.89x the time causal / not (0.86x at B=2, H=16, "
+               "N=4096), 192/192 0.90 / 0.92x; 160 = 128 + 32 took 1.03 / 1.09x, so 160 pads. "
+               "docs/performance.md.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

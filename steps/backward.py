@@ -14,7 +14,7 @@ import torch
 
 from ..kernels import backward as kernels
 from ..platforms import HEAD_DIMS
-from ..platforms.backward import BackwardEntry, backward_entry_for
+from ..platforms.backward import BackwardEntry, BackwardLaunch, backward_entry_for
 from .family import DKDV, DQ, ROW_DOT, UNUSED_ARRAY, backward_constants
 from .launcher import (causal_query_offset, device_facts, launch_head_dim, rows_contiguous,
                        softmax_scale, split_head_dim, tile_head_dim, with_hints)
@@ -59,23 +59,23 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
                     query_group: int, causal: bool, variants: Variants = NO_VARIANTS):
     """(launch, constants) of the "dkdv", "dq" or "dkdv_dq" launch at these head dims:
     `entry`'s launch for the wider tile width (``launch_head_dim``; at its softcap tiles
-    under a softcap), Q's and K's columns in the forward's tiles up to
-    `entry.widest_split_head_dim` (``split_head_dim``: D=96 as 64 + 32, not padded to 128)
-    and padded past it, V's padded (``tile_head_dim``)."""
+    under a softcap), Q's and K's columns in the forward's tiles for the launch's
+    split_head_dims (``split_head_dim``: D=96 as 64 + 32, not padded to 128) and padded
+    for the others, V's padded (``tile_head_dim``)."""
     launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)][name]
     if variants.softcap is not None and launch.softcap_tiles is not None:
         launch = dataclasses.replace(launch, tiles=launch.softcap_tiles)
-    head_dim, tail = query_columns(entry, q_head_dim)
+    head_dim, tail = query_columns(launch, q_head_dim)
     return launch, backward_constants(head_dim, launch.tiles, query_group=query_group,
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
                                       head_dim_tail=tail, atomic_dq=name == "dkdv_dq")
 
 
-def query_columns(entry: BackwardEntry, q_head_dim: int) -> tuple[int, int]:
-    """(TILE_D, TILE_D_TAIL) of Q's and K's columns in the backward: the forward's split up
-    to `entry.widest_split_head_dim`, padded past it."""
-    if q_head_dim <= entry.widest_split_head_dim:
+def query_columns(launch: BackwardLaunch, q_head_dim: int) -> tuple[int, int]:
+    """(TILE_D, TILE_D_TAIL) of Q's and K's columns in `launch`: the forward's split for
+    its split_head_dims, else padded."""
+    if q_head_dim in launch.split_head_dims:
         return split_head_dim(q_head_dim)
     return tile_head_dim(q_head_dim), 0
 
@@ -91,7 +91,7 @@ def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
     if launch.only_with is None:
         return True
     has = {"softcap": variants.softcap is not None, "window": variants.window is not None,
-           "split": query_columns(entry, q_head_dim)[1] > 0}
+           "split": query_columns(launch, q_head_dim)[1] > 0}
     return any(has[feature] for feature in launch.only_with)
 
 

@@ -322,11 +322,29 @@ def test_split_head_dims_in_the_backward_do_less_work_than_padding(name, head_di
     assert_no_spills(resource_usage(split), code)
 
 
-def test_backward_pads_head_dims_past_the_widest_split():
+def test_backward_pads_the_head_dims_it_does_not_split():
     options = dict(dtype="bfloat16", causal=True, query_group=2, value_head_dim=128)
-    assert backward_entry_for("sm_90").widest_split_head_dim < 192
+    assert 192 not in backward_entry_for("sm_90").launches[256]["dkdv"].split_head_dims
     assert sass(compile_backward("dkdv", "sm_90", head_dim=192, **options)) == \
         sass(compile_backward("dkdv", "sm_90", head_dim=256, **options))
+    # one kernel splits 192 (below) but not 160, where splitting measured slower
+    assert sass(compile_backward("dkdv_dq", "sm_90", head_dim=160, **options)) == \
+        sass(compile_backward("dkdv_dq", "sm_90", head_dim=256, **options))
+
+
+@pytest.mark.parametrize("value_head_dim", [128, 192])
+def test_dq_added_in_dkdv_splits_head_dim_192(value_head_dim):
+    """sm_90's D=256 "dkdv_dq" (64x64 tiles) runs D_qk=192 as 128 + 64 columns: fewer
+    product columns than padded to 256, no spill, and waits for fewer than a quarter of its
+    HGMMA (tileiras 13.5 waits after every one of the split two-kernel dK/dV's)."""
+    head_dim = 192
+    options = dict(dtype="bfloat16", causal=True, query_group=2, value_head_dim=value_head_dim)
+    split = compile_backward("dkdv_dq", "sm_90", head_dim=head_dim, **options)
+    code = sass(split)
+    whole = sass(compile_backward("dkdv_dq", "sm_90", head_dim=256, **options))
+    assert 0 < product_columns(code) < product_columns(whole)
+    assert code.count("WARPGROUP.DEPBAR") * 4 < code.count("HGMMA")
+    assert_no_spills(resource_usage(split), code)
 
 
 def test_paged_tiles_of_two_blocks_multiply_from_shared_memory_as_a_dense_cache_does():

@@ -19,6 +19,7 @@ from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.backward import adds_dq_atomically
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
 from cutile_fmha.steps.definitions import QUERY_TILE_STEP
+from cutile_fmha.steps.launcher import split_head_dim
 from cutile_fmha.steps.variants import NO_VARIANTS, Variants
 
 ENTRIES = list(PLATFORMS.values()) + [DEFAULT]
@@ -211,6 +212,8 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
         assert all(launch.only_with is None or (name == "dkdv_dq" and launch.only_with
                                                 and launch.only_with <= ATOMIC_DQ_FEATURES)
                    for kernels in entry.launches.values() for name, launch in kernels.items())
+        assert all(split_head_dim(d)[1] > 0 for kernels in entry.launches.values()
+                   for launch in kernels.values() for d in launch.split_head_dims)
         assert entry.provenance
     assert "H100" in backward_entry_for("sm_90").provenance
     assert backward_entry_for("sm_103") is DEFAULT_BACKWARD
@@ -228,6 +231,7 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
     (80, 80, NO_VARIANTS, False, True),       # 64 + 16
     (112, 112, NO_VARIANTS, False, False),    # padded to 128, not split
     (192, 128, NO_VARIANTS, False, True),     # D=256's launch, for every call
+    (160, 160, NO_VARIANTS, False, True),
 ])
 def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v_head_dim,
                                                       variants, deterministic, adds):

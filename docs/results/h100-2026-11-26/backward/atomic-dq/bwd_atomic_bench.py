@@ -3,8 +3,8 @@ cuDNN, one process, rotating rounds of CUDA-graph replays (cuDNN eager, as the b
 benchmark times it). Parts: grid (the platform's choice vs the package at HEAD, cutile_fmha_old,
 vs cuDNN), d128 (two kernels both: the extra parameter), threshold (fused forced vs pair
 forced at small grids), variants, varlen; later softcap128, d96 and rule128 (the one kernel
-at 64x128 forced against the two at D=128 with a softcap or window, D=96 and D=80). One JSON
-line per shape."""
+at 64x128 forced against the two at D=128 with a softcap or window, D=96 and D=80), mla and
+wide (D_qk=192 and 160 split or padded in the one kernel). One JSON line per shape."""
 import dataclasses, json, statistics, sys
 import torch, triton.testing as tt
 from torch.nn.attention import sdpa_kernel, SDPBackend
@@ -101,6 +101,37 @@ def varlen(lengths, H, HKV, D, causal):
     launcher.backward_entry_for = backward_entry_for
 
 
+def wide(B, H, N, DQK, DV, causal, kinds):
+    """D_qk=160 or 192 (DeepSeek's MLA prefill: 192/128): "pad MxN" / "split MxN" run
+    "dkdv_dq" on those tiles with Q's and K's columns padded to 256 or split 128 + 32/64."""
+    from cutile_fmha.platforms import TileShape
+    from cutile_fmha.platforms.backward import BackwardLaunch
+    g = torch.Generator(device="cuda").manual_seed(N + H + DQK + DV)
+    q, k = (torch.randn(B, H, N, DQK, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    v, do = (torch.randn(B, H, N, DV, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    out, lse = attention_with_lse(q, k, v, is_causal=causal)
+    fns, grads = {}, {}
+    for kind in kinds:
+        if kind == "cudnn":
+            qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                o = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            fns[kind] = lambda o=o, qg=qg, kg=kg, vg=vg: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)
+        else:
+            entry = {"ours": BASE, "pair": PAIR}.get(kind)
+            if entry is None:
+                how, tiles = kind.split()
+                launch = BackwardLaunch(TileShape(*map(int, tiles.split("x"))), 8,
+                                        split_head_dims=frozenset({192}) if how == "split" else frozenset())
+                entry = dataclasses.replace(BASE, launches=dict(BASE.launches) | {256: BASE.launches[256] | {"dkdv_dq": launch}})
+            fns[kind] = lambda entry=entry: attention_backward(q, k, v, out, lse, do, causal=causal, entry=entry)
+        grads[kind] = fns[kind]()
+    torch.cuda.synchronize()
+    check = {kind: [rel(a, b) for a, b in zip(grads[kind], grads["pair"])] for kind in grads if kind != "cudnn"}
+    run(f"B={B} H={H} N={N} D={DQK}/{DV} {'causal' if causal else 'non-causal'}", fns,
+        2.5 * 2 * B * H * N * N * (DQK + DV) / (2 if causal else 1), check)
+
+
 parts = sys.argv[1:] or ["grid", "d128", "threshold", "variants", "varlen"]
 print(json.dumps({"gpu": torch.cuda.get_device_name(), "sms": device_facts(torch.device("cuda"))[1],
                   "entry": str(BASE.launches)}), flush=True)
@@ -153,6 +184,16 @@ if "rule128" in parts:
     dense(4, 32, 32, 8192, 96, True, ("fused 64x128", "pair"), variants=Variants(softcap=30.0))
     dense(4, 32, 8, 8192, 128, True, ("fused 64x128", "pair"), variants=Variants(window=(4096, None), softcap=30.0))
     dense(4, 32, 8, 8192, 96, True, ("fused 64x128", "pair"), variants=Variants(window=(1024, None)))
+if "mla" in parts:  # before the split: "ours" padded 192 on 64x64 tiles
+    for causal in (True, False):
+        wide(4, 32, 8192, 192, 128, causal, ("ours", "pad 128x64", "split 64x64", "split 128x64", "split 32x128", "pair", "cudnn"))
+    wide(2, 16, 4096, 192, 128, True, ("ours", "pad 128x64", "split 64x64", "split 128x64", "split 32x128", "pair", "cudnn"))
+if "wide" in parts:  # after it: "ours" splits 160 and 192 on 64x64 tiles
+    for DQK, DV in ((192, 128), (192, 192), (160, 160)):
+        for causal in (True, False):
+            wide(4, 32, 8192, DQK, DV, causal, ("ours", "pad 64x64", "pair", "cudnn")
+                 + (("split 32x128",) if DV == 128 else ()))
+    wide(2, 16, 4096, 192, 128, True, ("ours", "pad 64x64", "pair", "cudnn"))
 if "varlen" in parts:
     for lengths in ([2048] * 16, [4096, 512, 3000, 1000, 8192, 700, 2500, 4096]):
         for causal in (True, False):
