@@ -2,10 +2,11 @@
 
 Per head dim, the tile shape and worker warps of the dK/dV kernel and of the dQ kernel,
 and where it pays, of "dkdv_dq": the dK/dV kernel that also adds dQ with float32 atomics
-(ATOMIC_DQ), run instead of the two (for every call, or for those its ``only_with`` names). Only sm_90 has been looked at; every other
-architecture gets sm_90's launches, marked unmeasured. Where the autotuner has searched
-them (``python assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's
-"dkdv" and "dq" launches replace these; it does not search "dkdv_dq".
+(ATOMIC_DQ), run instead of the two for every call or for the calls its ``only_with``
+names. Only sm_90 has been looked at; every other architecture gets sm_90's launches,
+marked unmeasured. Where the autotuner has searched them (``python
+assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's "dkdv" and
+"dq" launches replace these; it does not search "dkdv_dq".
 """
 
 import functools
