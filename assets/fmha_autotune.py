@@ -442,7 +442,7 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
     entry = backward_entry_for(arch)
     base = dataclasses.replace(entry, launches={  # the two kernels, never "dkdv_dq"
         head_dim: {kernel: kernels[kernel] for kernel in KERNELS}
-        for head_dim, kernels in entry.launches.items()})
+        for head_dim, kernels in entry.launches.items()}, exact_launches={})
     for head_dim in args.head_dim:
         workloads = _backward_workloads(args, head_dim)
 

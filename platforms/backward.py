@@ -10,7 +10,7 @@ assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's "d
 """
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .entry import HEAD_DIMS, TileShape
 from .tuned import load_launches, tuned_path
@@ -43,6 +43,10 @@ class BackwardEntry:
     # head dim -> "dkdv" / "dq" [/ "dkdv_dq", which the autotuner does not search] -> launch
     launches: dict[int, dict[str, BackwardLaunch]]
     provenance: str
+    # (D_qk, D_v) -> kernel -> launch, over the head dim's for calls of exactly those head
+    # dims (DeepSeek's MLA, 192/128: its V fits tiles that D=256's would spill).
+    exact_launches: dict[tuple[int, int], dict[str, BackwardLaunch]] = field(
+        default_factory=dict)
 
 
 SM_90 = BackwardEntry(
@@ -58,6 +62,8 @@ SM_90 = BackwardEntry(
               "dq": BackwardLaunch(TileShape(128, 32), 8),
               "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8, split_head_dims=frozenset({192}))},
     },
+    exact_launches={(192, 128): {"dkdv_dq": BackwardLaunch(
+        TileShape(32, 128), 8, split_head_dims=frozenset({192}))}},
     provenance="Timed per kernel on an NVIDIA H100 80GB HBM3, 2026-11-22, tileiras 13.5 "
                "(B=4, H=32, 16 at D=256, N=8192, fp16; medians of 3 rounds; ms causal / "
                "not; docs/performance.md). dK/dV: D=64 64x128 4.81 / 9.60 against 128x128 "
@@ -96,7 +102,10 @@ SM_90 = BackwardEntry(
                "2026-11-26, B=4, H=32, N=8192, bf16, against padded to 256 on the same 64x64 "
                "tiles): 192/128 0.86 / 0.89x the time causal / not (0.86x at B=2, H=16, "
                "N=4096), 192/192 0.90 / 0.92x; 160 = 128 + 32 took 1.03 / 1.09x, so 160 pads. "
-               "docs/performance.md.",
+               "192/128 on 32x128 tiles (its V's 128 columns leave the registers for them; "
+               "at 192/192 and 160 they spill 500 bytes): 0.88 / 0.86x the 64x64 split's "
+               "time (H100, same shape; 0.88-0.94x at B=1-2, H=16, N=4096-16384), 0.86-0.89x "
+               "cuDNN's speed causal, 1.39x not. docs/performance.md.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

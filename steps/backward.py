@@ -57,12 +57,11 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
 
 def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim: int, *,
                     query_group: int, causal: bool, variants: Variants = NO_VARIANTS):
-    """(launch, constants) of the "dkdv", "dq" or "dkdv_dq" launch at these head dims:
-    `entry`'s launch for the wider tile width (``launch_head_dim``; at its softcap tiles
-    under a softcap), Q's and K's columns in the forward's tiles for the launch's
-    split_head_dims (``split_head_dim``: D=96 as 64 + 32, not padded to 128) and padded
-    for the others, V's padded (``tile_head_dim``)."""
-    launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)][name]
+    """(launch, constants) of the "dkdv", "dq" or "dkdv_dq" launch at these head dims
+    (``launches_for``; at its softcap tiles under a softcap), Q's and K's columns in the
+    forward's tiles for the launch's split_head_dims (``split_head_dim``: D=96 as 64 + 32,
+    not padded to 128) and padded for the others, V's padded (``tile_head_dim``)."""
+    launch = launches_for(entry, q_head_dim, v_head_dim)[name]
     if variants.softcap is not None and launch.softcap_tiles is not None:
         launch = dataclasses.replace(launch, tiles=launch.softcap_tiles)
     head_dim, tail = query_columns(launch, q_head_dim)
@@ -70,6 +69,13 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
                                       head_dim_tail=tail, atomic_dq=name == "dkdv_dq")
+
+
+def launches_for(entry: BackwardEntry, q_head_dim: int, v_head_dim: int) -> dict:
+    """Kernel -> launch at these head dims: `entry`'s for the wider tile width
+    (``launch_head_dim``), with its exact_launches for these two head dims over them."""
+    return entry.launches[launch_head_dim(q_head_dim, v_head_dim)] | \
+        entry.exact_launches.get((q_head_dim, v_head_dim), {})
 
 
 def query_columns(launch: BackwardLaunch, q_head_dim: int) -> tuple[int, int]:
@@ -85,7 +91,7 @@ def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
     """Whether the call runs "dkdv_dq" alone: `entry` has it at this head dim, for every
     call or for one with what its ``only_with`` names, and deterministic algorithms are off
     (its atomics add in whatever order the CTAs reach them)."""
-    launch = entry.launches[launch_head_dim(q_head_dim, v_head_dim)].get("dkdv_dq")
+    launch = launches_for(entry, q_head_dim, v_head_dim).get("dkdv_dq")
     if launch is None or torch.are_deterministic_algorithms_enabled():
         return False
     if launch.only_with is None:

@@ -334,16 +334,17 @@ def test_backward_pads_the_head_dims_it_does_not_split():
 
 @pytest.mark.parametrize("value_head_dim", [128, 192])
 def test_dq_added_in_dkdv_splits_head_dim_192(value_head_dim):
-    """sm_90's D=256 "dkdv_dq" (64x64 tiles) runs D_qk=192 as 128 + 64 columns: fewer
-    product columns than padded to 256, no spill, and waits for fewer than a quarter of its
-    HGMMA (tileiras 13.5 waits after every one of the split two-kernel dK/dV's)."""
+    """sm_90's "dkdv_dq" at D_qk=192 (D=256's on 64x64 tiles; 192/128's own on 32x128) runs
+    Q's and K's columns as 128 + 64: fewer product columns than padded to 256, no spill,
+    and waits for fewer than a third of its HGMMA (tileiras 13.5 waits after every one of
+    the split two-kernel dK/dV's)."""
     head_dim = 192
     options = dict(dtype="bfloat16", causal=True, query_group=2, value_head_dim=value_head_dim)
     split = compile_backward("dkdv_dq", "sm_90", head_dim=head_dim, **options)
     code = sass(split)
     whole = sass(compile_backward("dkdv_dq", "sm_90", head_dim=256, **options))
     assert 0 < product_columns(code) < product_columns(whole)
-    assert code.count("WARPGROUP.DEPBAR") * 4 < code.count("HGMMA")
+    assert code.count("WARPGROUP.DEPBAR") * 3 < code.count("HGMMA")
     assert_no_spills(resource_usage(split), code)
 
 

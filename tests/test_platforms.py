@@ -16,10 +16,10 @@ from cutile_fmha.platforms.backward import (ATOMIC_DQ_FEATURES, BACKWARD_ENTRIES
 from cutile_fmha.platforms.entry import DECODE_GUESS, SOURCES, DecodeLaunch
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.backward import adds_dq_atomically
+from cutile_fmha.steps.backward import adds_dq_atomically, launches_for
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
 from cutile_fmha.steps.definitions import QUERY_TILE_STEP
-from cutile_fmha.steps.launcher import split_head_dim
+from cutile_fmha.steps.launcher import launch_head_dim, split_head_dim
 from cutile_fmha.steps.variants import NO_VARIANTS, Variants
 
 ENTRIES = list(PLATFORMS.values()) + [DEFAULT]
@@ -214,6 +214,9 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
                    for kernels in entry.launches.values() for name, launch in kernels.items())
         assert all(split_head_dim(d)[1] > 0 for kernels in entry.launches.values()
                    for launch in kernels.values() for d in launch.split_head_dims)
+        assert all(launch_head_dim(*head_dims) in entry.launches
+                   and set(kernels) <= {"dkdv", "dq", "dkdv_dq"}
+                   for head_dims, kernels in entry.exact_launches.items())
         assert entry.provenance
     assert "H100" in backward_entry_for("sm_90").provenance
     assert backward_entry_for("sm_103") is DEFAULT_BACKWARD
@@ -239,6 +242,15 @@ def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v
     entry = backward_entry_for("sm_90")
     assert entry.launches[128]["dkdv_dq"].only_with == ATOMIC_DQ_FEATURES
     assert adds_dq_atomically(entry, q_head_dim, v_head_dim, variants) == adds
+
+
+def test_exact_head_dims_take_their_own_launch_over_the_head_dims():
+    entry = backward_entry_for("sm_90")
+    mla = launches_for(entry, 192, 128)
+    assert mla["dkdv_dq"] == entry.exact_launches[(192, 128)]["dkdv_dq"] != \
+        entry.launches[256]["dkdv_dq"]
+    assert mla["dkdv"] == entry.launches[256]["dkdv"]  # the others: D=256's
+    assert launches_for(entry, 192, 192) == entry.launches[256]
 
 
 @pytest.mark.parametrize("head_dim,slice_width", [(320, 320), (704, 704), (768, 384),

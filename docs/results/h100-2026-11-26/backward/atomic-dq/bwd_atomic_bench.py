@@ -4,7 +4,8 @@ benchmark times it). Parts: grid (the platform's choice vs the package at HEAD, 
 vs cuDNN), d128 (two kernels both: the extra parameter), threshold (fused forced vs pair
 forced at small grids), variants, varlen; later softcap128, d96 and rule128 (the one kernel
 at 64x128 forced against the two at D=128 with a softcap or window, D=96 and D=80), mla and
-wide (D_qk=192 and 160 split or padded in the one kernel). One JSON line per shape."""
+wide (D_qk=192 and 160 split or padded in the one kernel), mla32 (192/128 on its own 32x128
+tiles). One JSON line per shape."""
 import dataclasses, json, statistics, sys
 import torch, triton.testing as tt
 from torch.nn.attention import sdpa_kernel, SDPBackend
@@ -20,7 +21,8 @@ from cutile_fmha_old.steps.backward import attention_backward as old_backward
 ROUNDS = 3
 BASE = backward_entry_for(device_facts(torch.device("cuda"))[0])
 FUSED = dataclasses.replace(BASE, launches={d: {"dkdv_dq": k["dkdv"]} | k for d, k in BASE.launches.items()})
-PAIR = dataclasses.replace(BASE, launches={d: {n: k[n] for n in ("dkdv", "dq")} for d, k in BASE.launches.items()})
+PAIR = dataclasses.replace(BASE, launches={d: {n: k[n] for n in ("dkdv", "dq")} for d, k in BASE.launches.items()},
+                           **({"exact_launches": {}} if hasattr(BASE, "exact_launches") else {}))
 
 
 def fused_at(head_dim, kind):
@@ -123,7 +125,8 @@ def wide(B, H, N, DQK, DV, causal, kinds):
                 how, tiles = kind.split()
                 launch = BackwardLaunch(TileShape(*map(int, tiles.split("x"))), 8,
                                         split_head_dims=frozenset({192}) if how == "split" else frozenset())
-                entry = dataclasses.replace(BASE, launches=dict(BASE.launches) | {256: BASE.launches[256] | {"dkdv_dq": launch}})
+                entry = dataclasses.replace(BASE, launches=dict(BASE.launches) | {256: BASE.launches[256] | {"dkdv_dq": launch}},
+                                            **({"exact_launches": {}} if hasattr(BASE, "exact_launches") else {}))
             fns[kind] = lambda entry=entry: attention_backward(q, k, v, out, lse, do, causal=causal, entry=entry)
         grads[kind] = fns[kind]()
     torch.cuda.synchronize()
@@ -194,6 +197,11 @@ if "wide" in parts:  # after it: "ours" splits 160 and 192 on 64x64 tiles
             wide(4, 32, 8192, DQK, DV, causal, ("ours", "pad 64x64", "pair", "cudnn")
                  + (("split 32x128",) if DV == 128 else ()))
     wide(2, 16, 4096, 192, 128, True, ("ours", "pad 64x64", "pair", "cudnn"))
+if "mla32" in parts:  # after 192/128's own launch: "ours" splits it on 32x128 tiles
+    for causal in (True, False):
+        wide(4, 32, 8192, 192, 128, causal, ("ours", "split 64x64", "pair", "cudnn"))
+    wide(2, 16, 4096, 192, 128, True, ("ours", "split 64x64", "pair", "cudnn"))
+    wide(1, 16, 16384, 192, 128, True, ("ours", "split 64x64", "pair", "cudnn"))
 if "varlen" in parts:
     for lengths in ([2048] * 16, [4096, 512, 3000, 1000, 8192, 700, 2500, 4096]):
         for causal in (True, False):
