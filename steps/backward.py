@@ -73,9 +73,11 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
 
 def launches_for(entry: BackwardEntry, q_head_dim: int, v_head_dim: int) -> dict:
     """Kernel -> launch at these head dims: `entry`'s for the wider tile width
-    (``launch_head_dim``), with its exact_launches for these two head dims over them."""
-    return entry.launches[launch_head_dim(q_head_dim, v_head_dim)] | \
-        entry.exact_launches.get((q_head_dim, v_head_dim), {})
+    (``launch_head_dim``), with its exact_launches for these two head dims over them (a
+    new dict only then: the backward asks on every call)."""
+    launches = entry.launches[launch_head_dim(q_head_dim, v_head_dim)]
+    exact = entry.exact_launches.get((q_head_dim, v_head_dim))
+    return launches if exact is None else launches | exact
 
 
 def query_columns(launch: BackwardLaunch, q_head_dim: int) -> tuple[int, int]:
