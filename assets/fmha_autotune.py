@@ -35,14 +35,16 @@ across CTAs, on one new token per sequence against dense caches of DECODE_WORKLO
 candidate with the smallest geometric mean of its times wins, its few nearest rivals timed
 twice more; it writes platforms/tuned/<arch>-decode.json, which the decode launcher reads.
 
---backward searches the backward's two kernels per head dim (kernels/backward.py: dK/dV,
-one CTA per key tile, and dQ, one per query tile): tile shape and worker warps, each
-kernel's candidates timed in the whole backward with the other kernel at this GPU's
-launch, causal and not, at --batch x --seq-len; the smallest geometric mean of the two
-wins, its nearest rivals timed twice more. It writes platforms/tuned/<arch>-backward.json,
-which the backward launcher reads. The two kernels are timed as two kernels: the
-platform's "dkdv_dq" launches (dK/dV adding dQ itself) are left out of the search and
-kept as the table has them.
+--backward searches the backward's launches per head dim (kernels/backward.py): its two
+kernels, dK/dV (one CTA per key tile) and dQ (one per query tile), and "dkdv_dq", the dK/dV
+kernel adding dQ itself, run alone: tile shape and worker warps. Each of the two kernels'
+candidates is timed in the whole backward with the other kernel at this GPU's launch,
+"dkdv_dq"'s in a backward of that kernel alone, causal and not, at --batch x --seq-len;
+the smallest geometric mean of the two wins, its nearest rivals timed twice more, and the
+two kernels at their launches are timed beside. It writes
+platforms/tuned/<arch>-backward.json, which the backward launcher reads: "dkdv_dq"'s tiles
+and warps there replace the table's, whose rule of the calls it runs for is kept (and so
+are the table's launches for exact head-dim pairs). --backward-kernels narrows the search.
 """
 
 import argparse
@@ -62,8 +64,8 @@ from cutile_fmha.assets.fmha_varlen_benchmark import sequence_lengths
 from cutile_fmha.assets.measure import Column
 from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TileShape,
                                    TunedLaunch, arch_of_capability, entry_for)
-from cutile_fmha.platforms.backward import (KERNELS, BackwardLaunch, backward_entry_for,
-                                            backward_record, with_launches)
+from cutile_fmha.platforms.backward import (KERNELS, SEARCHED, BackwardLaunch,
+                                            backward_entry_for, backward_record, with_launches)
 from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (FP8_SEARCH_SPACE, LARGE_HEAD_DIM_SEARCH_SPACE,
                                                 MAX_STACK_BYTES, search_space_for)
@@ -116,7 +118,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--decode", action="store_true",
                         help="tune the decode kernel and its split rule instead (D 64/128/256)")
     parser.add_argument("--backward", action="store_true",
-                        help="tune the backward's dK/dV and dQ kernels instead (D 64/128/256)")
+                        help="tune the backward's launches instead (D 64/128/256)")
+    parser.add_argument("--backward-kernels", nargs="+", choices=SEARCHED, default=SEARCHED,
+                        help="with --backward: the launches to search (default: all)")
     args = parser.parse_args(argv)
     if args.varlen + args.fp8 + args.decode + args.backward > 1:
         parser.error("--varlen, --fp8, --decode and --backward each search on their own")
@@ -401,7 +405,8 @@ def _decode_columns(times: list[float]) -> dict:
             zip(DECODE_WORKLOADS, times)} | {"geomean_us": statistics.geometric_mean(times)}
 
 
-BACKWARD_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))  # (TILE_M, TILE_N)
+# (TILE_M, TILE_N): 32x128 is D=128's dK/dV, 128x32 D=256's dQ on sm_90
+BACKWARD_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (32, 128), (128, 32))
 BACKWARD_WORKER_WARPS = (4, 8, None)  # None: the compiler's choice
 BACKWARD_COLUMNS = [Column("head_dim", "D"), Column("kernel", "kernel"),
                     Column("tiles", "tiles"), Column("num_worker_warps", "worker warps"),
@@ -413,10 +418,10 @@ BACKWARD_COLUMNS = [Column("head_dim", "D"), Column("kernel", "kernel"),
                     Column("skipped", "skipped")]
 
 
-def backward_candidates() -> list[tuple[str, BackwardLaunch]]:
+def backward_candidates(kernels=SEARCHED) -> list[tuple[str, BackwardLaunch]]:
     """Every (kernel, launch) to time: each tile shape and worker-warps count, per kernel
     (the ones the compiler refuses, or that run out of shared memory, are skipped then)."""
-    return [(kernel, BackwardLaunch(TileShape(tile_m, tile_n), warps)) for kernel in KERNELS
+    return [(kernel, BackwardLaunch(TileShape(tile_m, tile_n), warps)) for kernel in kernels
             for tile_m, tile_n in BACKWARD_TILES for warps in BACKWARD_WORKER_WARPS]
 
 
@@ -443,15 +448,33 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
     base = dataclasses.replace(entry, launches={  # the two kernels, never "dkdv_dq"
         head_dim: {kernel: kernels[kernel] for kernel in KERNELS}
         for head_dim, kernels in entry.launches.items()}, exact_launches={})
+    # "dkdv_dq" for every call: its candidates replace this launch's tiles and warps
+    alone = dataclasses.replace(base, launches={
+        head_dim: base.launches[head_dim] | {"dkdv_dq": dataclasses.replace(
+            kernels["dkdv_dq"], only_with=None)}
+        for head_dim, kernels in entry.launches.items() if "dkdv_dq" in kernels})
     for head_dim in args.head_dim:
         workloads = _backward_workloads(args, head_dim)
+        searched = [kernel for kernel in args.backward_kernels
+                    if kernel in KERNELS or head_dim in alone.launches]
+        if searched != list(args.backward_kernels):
+            tqdm.write(f"D={head_dim}: the table has no 'dkdv_dq' launch to retile here")
 
         def times(kernel, launch):
-            entry = with_launches(base, {(head_dim, kernel): launch}, "a candidate")
+            over = base if kernel in KERNELS else alone
+            entry = with_launches(over, {(head_dim, kernel): launch}, "a candidate")
             return [measure.time_ms(workload(entry), args.iterations) for workload in workloads]
 
-        point_rows = []
-        for kernel, launch in tqdm(backward_candidates(), desc=f"backward D={head_dim}",
+        def row_of(kernel, tiles, warps, causal_ms, non_causal_ms, **more):
+            return {"head_dim": head_dim, "kernel": kernel, "tiles": tiles,
+                    "num_worker_warps": warps, "causal_ms": causal_ms,
+                    "non_causal_ms": non_causal_ms,
+                    "geomean_ms": math.sqrt(causal_ms * non_causal_ms), **more}
+
+        # the two kernels at this GPU's launches, beside which "dkdv_dq" is read
+        two = [measure.time_ms(workload(base), args.iterations) for workload in workloads]
+        point_rows = [row_of("dkdv + dq", "the table's", None, *two)]
+        for kernel, launch in tqdm(backward_candidates(searched), desc=f"backward D={head_dim}",
                                    unit="launch"):
             row = {"head_dim": head_dim, "kernel": kernel,
                    "tiles": describe_tiles(launch.tiles),
@@ -461,14 +484,13 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
             except Exception as error:  # a candidate the compiler refuses is a result
                 point_rows.append(row | {"skipped": measure.one_line(error, 80)})
                 continue
-            point_rows.append(row | {"causal_ms": causal_ms, "non_causal_ms": non_causal_ms,
-                                     "geomean_ms": math.sqrt(causal_ms * non_causal_ms),
-                                     "launch": launch})
-        for kernel in KERNELS:
+            point_rows.append(row_of(kernel, row["tiles"], launch.num_worker_warps, causal_ms,
+                                     non_causal_ms, launch=launch))
+        for kernel in searched:
             timed = [r for r in point_rows if r["kernel"] == kernel and "launch" in r]
             if not timed:
                 tqdm.write(f"D={head_dim} {kernel}: every candidate was skipped; kept "
-                           f"{base.launches[head_dim][kernel]}")
+                           f"{entry.launches[head_dim][kernel]}")
                 continue
             fastest = fastest_finalist(
                 timed, "geomean_ms",
@@ -476,7 +498,8 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
             best[(head_dim, kernel)] = fastest["launch"]
             tqdm.write(f"D={head_dim} {kernel}: best {fastest['tiles']}, worker warps "
                        f"{fastest['num_worker_warps'] or 'auto'}: "
-                       f"{fastest['median_geomean_ms']:.3f} ms (geometric mean)")
+                       f"{fastest['median_geomean_ms']:.3f} ms (geometric mean; the two "
+                       f"kernels at the table's launches: {point_rows[0]['geomean_ms']:.3f})")
         rows += point_rows
         save(best, rows)
     return best, rows

@@ -2,20 +2,21 @@
 
 Per head dim, the tile shape and worker warps of the dK/dV kernel and of the dQ kernel,
 and where it pays, of "dkdv_dq": the dK/dV kernel that also adds dQ with float32 atomics
-(ATOMIC_DQ), run instead of the two for every call or for the calls its ``only_with``
-names. Only sm_90 has been looked at; every other architecture gets sm_90's launches,
-marked unmeasured. Where the autotuner has searched them (``python
-assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's "dkdv" and
-"dq" launches replace these; it does not search "dkdv_dq".
+(ATOMIC_DQ), run instead of the two for every call or for the calls its ``only_with`` and
+``up_to_query_group`` name. Only sm_90 has been looked at; every other architecture gets
+sm_90's launches, marked unmeasured. Where the autotuner has searched them (``python
+assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's launches
+replace these: "dkdv" and "dq" whole, "dkdv_dq" its tiles and worker warps (which calls it
+runs for stays the table's, and so do the exact head-dim pairs' launches).
 """
-
 import functools
 from dataclasses import dataclass, field, replace
 
 from .entry import HEAD_DIMS, TileShape
 from .tuned import load_launches, tuned_path
 
-KERNELS = ("dkdv", "dq")
+KERNELS = ("dkdv", "dq")  # the two kernels
+SEARCHED = KERNELS + ("dkdv_dq",)  # the launches the autotuner searches
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class BackwardLaunch:
     # "dkdv_dq" only: the calls it runs for, by what they have (ATOMIC_DQ_FEATURES: a
     # softcap, a window, Q's and K's columns split in two tiles); None: every call.
     only_with: frozenset[str] | None = None
+    # "dkdv_dq" with only_with: also every call with at most this many query heads to a K/V
+    # head (0: none of them for that alone).
+    up_to_query_group: int = 0
     # The head dims whose Q and K columns run as the forward's two tiles (96 = 64 + 32,
     # 192 = 128 + 64: steps/launcher.py's split_head_dim); the others pad to the next tile.
     # The two kernels pad 144-192 (tileiras 13.5 waits after every HGMMA of their split
@@ -57,7 +61,8 @@ SM_90 = BackwardEntry(
                                        softcap_tiles=TileShape(64, 128))},
         128: {"dkdv": BackwardLaunch(TileShape(32, 128), 8),
               "dq": BackwardLaunch(TileShape(128, 64), 8),
-              "dkdv_dq": BackwardLaunch(TileShape(64, 128), 8, only_with=ATOMIC_DQ_FEATURES)},
+              "dkdv_dq": BackwardLaunch(TileShape(64, 128), 8, only_with=ATOMIC_DQ_FEATURES,
+                                        up_to_query_group=2)},
         256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
               "dq": BackwardLaunch(TileShape(128, 32), 8),
               "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8, split_head_dims=frozenset({192}))},
@@ -91,10 +96,14 @@ SM_90 = BackwardEntry(
                "(0.99-1.06x cuDNN's speed), and 0.84-0.89x at 256-2048 CTAs (B=1-8, 8-32 "
                "heads, GQA); with the softcap it spills at 128x128 (causal: 1.16x the two kernels' "
                "time), 64x128 0.72x. D=256 64x64 0.87-0.92x (1.05-1.15x cuDNN's speed), "
-               "0.77-0.96x at 256-1024 CTAs. Plain D=128 calls keep the two kernels: 64x128 "
-               "took 0.96-0.97x their time at B=1-4, H=32, N=4096-8192 but 1.01-1.15x with "
-               "grouped heads (B=2-8, H=16-32/4-8, N=2048-4096, the Llama demo's included); so at D=128 only "
-               "calls with a softcap, a window or split Q/K columns (D=80, 96) take it "
+               "0.77-0.96x at 256-1024 CTAs. At D=128 64x128 took 0.96-0.97x the two kernels' "
+               "time at B=1-4, H=32, N=4096-8192 but 1.01-1.15x with 4-8 query heads to a K/V "
+               "head (B=2-8, H=16-32, N=2048-4096, the Llama demo's included), so D=128 "
+               "runs it for calls with at most 2 query heads to a K/V head (H100, bf16, "
+               "2026-11-26, against the two kernels: 0.88-0.99x their time at B=1-8, H=16-32, "
+               "N=2048-16384, causal and not, fp16 0.95-0.96x, 32/16 heads 0.95-0.97x; 1.03x "
+               "at B=4, H=32, N=1024 causal, taken) and for calls with a softcap, a window or "
+               "split Q/K columns (D=80, 96) "
                "(H200, bf16, 2026-11-26, 64x128 against the two kernels: softcap 30 "
                "0.85-0.90x at B=4, H=32 or 32/8, N=4096-8192, 1.01x at the Llama demo's "
                "shape; window 4096 at N=8192 0.93x, 0.98x with 32/8 heads; D=96 0.84-0.90x, "
@@ -123,18 +132,26 @@ def _backward_launch(record: dict, where: str) -> tuple[tuple[int, str], Backwar
                if key not in record]
     if missing:
         raise ValueError(f"{where}: a backward launch lacks {missing}: {record}")
-    if record["head_dim"] not in HEAD_DIMS or record["kernel"] not in KERNELS:
+    if record["head_dim"] not in HEAD_DIMS or record["kernel"] not in SEARCHED:
         raise ValueError(f"{where}: head_dim must be one of {HEAD_DIMS} and kernel one of "
-                         f"{KERNELS}: {record}")
+                         f"{SEARCHED}: {record}")
     return (record["head_dim"], record["kernel"]), BackwardLaunch(
         TileShape(record["tile_m"], record["tile_n"]), record["num_worker_warps"])
 
 
 def with_launches(entry: BackwardEntry, launches: dict, provenance: str) -> BackwardEntry:
-    """`entry` with `launches` ((head dim, kernel) -> launch) in place of its own."""
+    """`entry` with `launches` ((head dim, kernel) -> launch) in place of its own: for
+    "dkdv_dq", which `entry` must have at that head dim, their tiles and worker warps only
+    (the calls it runs for, its softcap tiles and split head dims stay `entry`'s)."""
     merged = {head_dim: dict(kernels) for head_dim, kernels in entry.launches.items()}
     for (head_dim, kernel), launch in launches.items():
-        merged[head_dim][kernel] = launch
+        if kernel in KERNELS:
+            merged[head_dim][kernel] = launch
+        elif kernel not in merged[head_dim]:
+            raise ValueError(f"D={head_dim} has no {kernel!r} launch for {launch} to retile")
+        else:
+            merged[head_dim][kernel] = replace(merged[head_dim][kernel], tiles=launch.tiles,
+                                               num_worker_warps=launch.num_worker_warps)
     return replace(entry, launches=merged, provenance=provenance)
 
 

@@ -45,19 +45,26 @@ class DecodeLaunch:
     """The decode kernel's launch at one head dim (kernels/decode.py) and its split rule:
     the cache of each sequence is cut into as many splits as keep batch x kv_heads x splits
     CTAs within `ctas_per_sm` per SM (none when batch x kv_heads alone fill the SMs), with
-    no split shorter than `min_keys_per_split` keys and at most `max_splits` of them."""
+    no split shorter than `min_keys_per_split` keys, at most `max_splits` of them, and none
+    of a cache of at most `unsplit_keys` keys."""
     tile_n: int  # keys per loop iteration
     occupancy: int
     num_worker_warps: int | None
     ctas_per_sm: int
     min_keys_per_split: int
     max_splits: int = 64
+    # A split call is two launches: the merge's costs the host about 7 us (H100, 2026-11-26),
+    # more than a split saves the GPU on a cache of 512 keys (batch 1, 32/8 heads: 0.6 us at
+    # D=128, 1.0 at 256, none at 64; unsplit, still 0.75-0.88x cuDNN's time there).
+    unsplit_keys: int = 512
 
     def hints(self) -> dict:
         return {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
 
     def splits(self, ctas: int, keys: int, sms: int) -> int:
         """How many splits `ctas` CTAs (batch x kv_heads) take over `keys` keys each."""
+        if keys <= self.unsplit_keys:
+            return 1
         wanted = sms * self.ctas_per_sm // ctas
         return max(1, min(wanted, keys // self.min_keys_per_split, self.max_splits))
 

@@ -23,6 +23,11 @@ LAUNCH_KEYS = ("head_dim", "causal", "step", "tile_m", "tile_n", "occupancy",
                "num_worker_warps", "num_ctas")
 TILED_HEAD_DIM_KEYS = ("tile_k", "tile_v")  # steps 10-11's launches also have these
 DECODE_KEYS = ("head_dim",) + tuple(field.name for field in dataclasses.fields(DecodeLaunch))
+# What a decode record must hold; the others, which the autotuner does not search (a record
+# written before they existed lacks them), take the launch's defaults.
+REQUIRED_DECODE_KEYS = ("head_dim",) + tuple(
+    field.name for field in dataclasses.fields(DecodeLaunch)
+    if field.default is dataclasses.MISSING)
 
 
 def tuned_path(arch: str, large_head_dims: bool = False, varlen: bool = False,
@@ -51,12 +56,13 @@ def decode_record(head_dim: int, launch: DecodeLaunch) -> dict:
 
 
 def _decode_launch(record: dict, where: str) -> tuple[int, DecodeLaunch]:
-    missing = [key for key in DECODE_KEYS if key not in record]
+    missing = [key for key in REQUIRED_DECODE_KEYS if key not in record]
     if missing:
         raise ValueError(f"{where}: a decode launch lacks {missing}: {record}")
     if record["head_dim"] not in DECODE_GUESS:
         raise ValueError(f"{where}: head_dim must be one of {tuple(DECODE_GUESS)}: {record}")
-    return record["head_dim"], DecodeLaunch(**{key: record[key] for key in DECODE_KEYS[1:]})
+    return record["head_dim"], DecodeLaunch(**{key: record[key] for key in DECODE_KEYS[1:]
+                                               if key in record})
 
 
 def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:

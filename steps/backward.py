@@ -89,14 +89,15 @@ def query_columns(launch: BackwardLaunch, q_head_dim: int) -> tuple[int, int]:
 
 
 def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
-                       variants: Variants) -> bool:
+                       query_group: int, variants: Variants) -> bool:
     """Whether the call runs "dkdv_dq" alone: `entry` has it at this head dim, for every
-    call or for one with what its ``only_with`` names, and deterministic algorithms are off
+    call, or for one with what its ``only_with`` names or with at most its
+    ``up_to_query_group`` query heads to a K/V head; and deterministic algorithms are off
     (its atomics add in whatever order the CTAs reach them)."""
     launch = launches_for(entry, q_head_dim, v_head_dim).get("dkdv_dq")
     if launch is None or torch.are_deterministic_algorithms_enabled():
         return False
-    if launch.only_with is None:
+    if launch.only_with is None or query_group <= launch.up_to_query_group:
         return True
     has = {"softcap": variants.softcap is not None, "window": variants.window is not None,
            "split": query_columns(launch, q_head_dim)[1] > 0}
@@ -117,18 +118,19 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     order the CTAs reach them, so dQ may differ in its last bits from run to run: under
     ``torch.use_deterministic_algorithms(True)`` the two kernels run."""
     q, k, v = tensors["Q"], tensors["K"], tensors["V"]
+    query_group = q.shape[1] // k.shape[1]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
     tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal) \
         | {"dQAcc": UNUSED_ARRAY}
     names, dq_acc = ("dkdv", "dq"), None
-    if adds_dq_atomically(entry, q.shape[-1], v.shape[-1], variants):
+    if adds_dq_atomically(entry, q.shape[-1], v.shape[-1], query_group, variants):
         names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
         tensors["dQAcc"] = dq_acc
     for name in names:
         family = families[name]
         launch, constants = gradient_launch(entry, name, q.shape[-1], v.shape[-1],
-                                            query_group=q.shape[1] // k.shape[1],
-                                            causal=causal, variants=variants)
+                                            query_group=query_group, causal=causal,
+                                            variants=variants)
         values = {key: tensors[key] for key in family.names if key in tensors} | constants
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),

@@ -98,14 +98,15 @@ def test_decode_passes_only_the_arrays_of_its_lookups_and_splits(launches):
 
 @pytest.mark.parametrize("head_dim,batch,heads,kv_heads,length,options,adds_dq", [
     (64, 2, 16, 4, 1000, {}, True), (256, 1, 4, 4, 300, {}, True),
-    (128, 2, 16, 4, 1000, {}, False), (128, 2, 16, 4, 1000, {"softcap": 30.0}, True),
+    (128, 2, 16, 4, 1000, {}, False), (128, 1, 8, 8, 1000, {}, True),
+    (128, 2, 16, 8, 1000, {}, True), (128, 2, 16, 4, 1000, {"softcap": 30.0}, True),
     (128, 1, 8, 8, 1000, {"window_size": (256, 0)}, True), (96, 2, 16, 4, 1000, {}, True)])
 def test_backward_adds_dq_in_dkdv_where_the_platform_says(launches, head_dim, batch, heads,
                                                           kv_heads, length, options, adds_dq):
     """The dense backward runs "dkdv_dq" (dK/dV with ATOMIC_DQ, handed the float32 dQ
     buffer, and no dQ kernel) where the platform has that launch for the call (D=64 and
-    256; at 128's launch only with a softcap, a window or split columns: D=96), else dK/dV
-    and dQ."""
+    256; at 128's launch only with a softcap, a window, split columns (D=96) or at most two
+    query heads to a K/V head), else dK/dV and dQ."""
     q, k, v = (t.requires_grad_() for t in inputs(batch, heads, kv_heads, length, length,
                                                    head_dim))
     attention(q, k, v, is_causal=True, enable_gqa=heads != kv_heads, **options).backward(

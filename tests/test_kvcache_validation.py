@@ -118,7 +118,9 @@ def test_paged_block_size_is_a_power_of_two_from_16(block_size):
 
 @pytest.mark.parametrize("ctas,keys,splits", [
     (8, 4096, 16),     # one sequence of 8 K/V heads: split up to one CTA per SM
-    (8, 512, 2),       # ... but no split shorter than min_keys_per_split
+    (8, 1024, 4),      # ... but no split shorter than min_keys_per_split
+    (8, 768, 3),
+    (8, 512, 1),       # ... nor of a cache of at most unsplit_keys
     (128, 32768, 1),   # batch x heads fill the SMs already
     (64, 32768, 2),
     (1, 1 << 20, 64),  # at most max_splits
@@ -195,7 +197,7 @@ def test_a_growing_cache_shares_one_plan_per_split_count(monkeypatch):
     plans = [decode._cached_plan(decode_shape(n), device, None) for n in (4096, 4097, 4352)]
     assert plans[0] is plans[1] is plans[2]
     assert decode._cached_plan(decode_shape(4096), device, None) is plans[0]
-    short = decode._cached_plan(decode_shape(512), device, None)  # fewer splits: its own
+    short = decode._cached_plan(decode_shape(1024), device, None)  # fewer splits: its own
     assert short.split_buffer_shape[2] < plans[0].split_buffer_shape[2]
     assert decode._cached_plan(decode_shape(4096, num_splits=16), device, None) is plans[0]
 

@@ -1,5 +1,6 @@
 """Invariants of the platform tables and of the ByTarget value built from them."""
 
+import dataclasses
 import json
 import re
 
@@ -156,6 +157,16 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
                       tuned.tuned_path("sm_90", decode=True))
     loaded = tuned.load_tuned("sm_90")
     assert loaded["decode"] == DECODE_GUESS | decode and "one token" in loaded["decode_note"]
+    # a record written before unsplit_keys existed takes its default
+    path = tuned.tuned_path("sm_90", decode=True)
+    data = json.loads(path.read_text())
+    del data["launches"][0]["unsplit_keys"]
+    path.write_text(json.dumps(data))
+    assert tuned.load_tuned("sm_90")["decode"][128] == decode[128]
+    del data["launches"][0]["tile_n"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"a decode launch lacks \['tile_n'\]"):
+        tuned.load_tuned("sm_90")
 
 
 def test_tuned_backward_launches_replace_the_tables(tmp_path, monkeypatch):
@@ -172,6 +183,25 @@ def test_tuned_backward_launches_replace_the_tables(tmp_path, monkeypatch):
     assert entry.launches[64] == backward.SM_90.launches[64]
     assert entry.provenance.startswith("D=128 dq: NVIDIA H100 80GB HBM3")
     backward_entry_for.cache_clear()
+
+
+def test_tuned_dkdv_dq_retiles_the_table_s_launch_and_keeps_its_rule(tmp_path, monkeypatch):
+    from cutile_fmha.platforms import backward
+
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    backward_entry_for.cache_clear()
+    tuned.write_tuned("sm_90", CONTEXT | {"shape": "backward"},
+                      {(128, "dkdv_dq"): backward.BackwardLaunch(TileShape(128, 64), 4)}, [],
+                      tuned.tuned_path("sm_90", backward=True), record=backward.backward_record)
+    table = backward.SM_90.launches[128]["dkdv_dq"]
+    assert backward_entry_for("sm_90").launches[128]["dkdv_dq"] == dataclasses.replace(
+        table, tiles=TileShape(128, 64), num_worker_warps=4)
+    backward_entry_for.cache_clear()
+    without = dataclasses.replace(backward.SM_90, launches={
+        d: {k: launch for k, launch in kernels.items() if k != "dkdv_dq"}
+        for d, kernels in backward.SM_90.launches.items()})
+    with pytest.raises(ValueError, match="D=128 has no 'dkdv_dq' launch"):
+        backward.with_launches(without, {(128, "dkdv_dq"): table}, "a candidate")
 
 
 def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):
@@ -212,6 +242,8 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
         assert all(launch.only_with is None or (name == "dkdv_dq" and launch.only_with
                                                 and launch.only_with <= ATOMIC_DQ_FEATURES)
                    for kernels in entry.launches.values() for name, launch in kernels.items())
+        assert all(launch.up_to_query_group == 0 or launch.only_with
+                   for kernels in entry.launches.values() for launch in kernels.values())
         assert all(split_head_dim(d)[1] > 0 for kernels in entry.launches.values()
                    for launch in kernels.values() for d in launch.split_head_dims)
         assert all(launch_head_dim(*head_dims) in entry.launches
@@ -223,25 +255,29 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
     assert DEFAULT_BACKWARD.provenance.startswith("unmeasured")
 
 
-@pytest.mark.parametrize("q_head_dim,v_head_dim,variants,deterministic,adds", [
-    (64, 64, NO_VARIANTS, False, True),       # "dkdv_dq" for every call
-    (64, 64, NO_VARIANTS, True, False),       # the two kernels under deterministic algorithms
-    (128, 128, NO_VARIANTS, False, False),    # only with what only_with names
-    (128, 128, Variants(softcap=30.0), False, True),
-    (128, 128, Variants(window=(512, 0)), False, True),
-    (128, 128, Variants(sinks=True), False, False),
-    (96, 96, NO_VARIANTS, False, True),       # split columns, 64 + 32
-    (80, 80, NO_VARIANTS, False, True),       # 64 + 16
-    (112, 112, NO_VARIANTS, False, False),    # padded to 128, not split
-    (192, 128, NO_VARIANTS, False, True),     # D=256's launch, for every call
-    (160, 160, NO_VARIANTS, False, True),
+@pytest.mark.parametrize("q_head_dim,v_head_dim,group,variants,deterministic,adds", [
+    (64, 64, 8, NO_VARIANTS, False, True),       # "dkdv_dq" for every call
+    (64, 64, 1, NO_VARIANTS, True, False),       # the two kernels under deterministic algorithms
+    (128, 128, 4, NO_VARIANTS, False, False),    # only with what only_with names ...
+    (128, 128, 2, NO_VARIANTS, False, True),     # ... or up to 2 query heads to a K/V head
+    (128, 128, 1, NO_VARIANTS, False, True),
+    (128, 128, 1, NO_VARIANTS, True, False),
+    (128, 128, 8, Variants(softcap=30.0), False, True),
+    (128, 128, 4, Variants(window=(512, 0)), False, True),
+    (128, 128, 4, Variants(sinks=True), False, False),
+    (96, 96, 4, NO_VARIANTS, False, True),       # split columns, 64 + 32
+    (80, 80, 4, NO_VARIANTS, False, True),       # 64 + 16
+    (112, 112, 4, NO_VARIANTS, False, False),    # padded to 128, not split
+    (192, 128, 4, NO_VARIANTS, False, True),     # D=256's launch, for every call
+    (160, 160, 4, NO_VARIANTS, False, True),
 ])
 def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v_head_dim,
-                                                      variants, deterministic, adds):
+                                                      group, variants, deterministic, adds):
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: deterministic)
     entry = backward_entry_for("sm_90")
     assert entry.launches[128]["dkdv_dq"].only_with == ATOMIC_DQ_FEATURES
-    assert adds_dq_atomically(entry, q_head_dim, v_head_dim, variants) == adds
+    assert entry.launches[128]["dkdv_dq"].up_to_query_group == 2
+    assert adds_dq_atomically(entry, q_head_dim, v_head_dim, group, variants) == adds
 
 
 def test_exact_head_dims_take_their_own_launch_over_the_head_dims():

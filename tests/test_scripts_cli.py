@@ -12,6 +12,7 @@ from cutile_fmha.assets import fmha_backward_benchmark as backward
 from cutile_fmha.assets import fmha_fp8_benchmark as fp8
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
+from cutile_fmha.platforms.backward import backward_entry_for
 from cutile_fmha.assets import fmha_varlen_benchmark as varlen
 from cutile_fmha.assets import measure
 from cutile_fmha.steps import STEPS
@@ -190,12 +191,22 @@ def test_autotune_searches_decode_tiles_occupancies_and_split_rules():
 def test_autotune_searches_the_backward_kernels_tiles_and_worker_warps():
     args = autotune.parse_args(["--backward", "--head-dim", "128"])
     assert args.backward and args.head_dim == [128]
+    assert args.backward_kernels == ("dkdv", "dq", "dkdv_dq")
     candidates = autotune.backward_candidates()
-    assert {kernel for kernel, _ in candidates} == {"dkdv", "dq"}
-    assert len(candidates) == 2 * len(autotune.BACKWARD_TILES) * len(
+    assert {kernel for kernel, _ in candidates} == {"dkdv", "dq", "dkdv_dq"}
+    assert len(candidates) == 3 * len(autotune.BACKWARD_TILES) * len(
         autotune.BACKWARD_WORKER_WARPS)
+    # every sm_90 table launch is among the candidates
+    table = {(kernel, launch.tiles, launch.num_worker_warps)
+             for kernels in backward_entry_for("sm_90").launches.values()
+             for kernel, launch in kernels.items()}
+    assert table <= {(kernel, launch.tiles, launch.num_worker_warps)
+                     for kernel, launch in candidates}
+    args = autotune.parse_args(["--backward", "--backward-kernels", "dkdv_dq"])
+    assert {kernel for kernel, _ in autotune.backward_candidates(args.backward_kernels)} == \
+        {"dkdv_dq"}
     for wrong in (["--backward", "--head-dim", "512"], ["--backward", "--decode"],
-                  ["--backward", "--varlen"]):
+                  ["--backward", "--varlen"], ["--backward", "--backward-kernels", "dkv"]):
         with pytest.raises(SystemExit):
             autotune.parse_args(wrong)
 
