@@ -182,6 +182,16 @@ def accumulate_dkdv(Q, dO, Lse, Delta, dQAcc, k, k_tail, v, dk, dk_tail, dv, fir
     return dk, dk_tail, dv
 
 
+def dkdv_pair_bytes(q_rows, QK_COLUMNS: ConstInt, TILE_DV: ConstInt, QUERY_GROUP: ConstInt,
+                    ATOMIC_DQ: ConstBool):
+    """What the CTAs of one K/V head of one sequence share in L2 (``tile_major``): the Q
+    and dO rows of its query heads and, with ATOMIC_DQ, the float32 dQ rows they add to."""
+    row_bytes = (QK_COLUMNS + TILE_DV) * 2
+    if ATOMIC_DQ:
+        row_bytes = row_bytes + QK_COLUMNS * 4
+    return q_rows * row_bytes * QUERY_GROUP
+
+
 @ct.kernel
 def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, qk_scale: float, query_offset: int,
          softcap: float, window_left: int, window_right: int, TILE_D: ConstInt,
@@ -190,8 +200,8 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, qk_scale: float, query_offset: 
          ATOMIC_DQ: ConstBool):
     k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # key tile 0 sees the most queries: tile by tile over heads, longest first
-        k_tile, kv_head, batch = tile_major(
-            Q.shape[2] * (TILE_D + TILE_D_TAIL + TILE_DV) * 2 * QUERY_GROUP)
+        k_tile, kv_head, batch = tile_major(dkdv_pair_bytes(Q.shape[2], TILE_D + TILE_D_TAIL,
+                                                            TILE_DV, QUERY_GROUP, ATOMIC_DQ))
     dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile, qk_scale,
                   query_offset, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
                   CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, ATOMIC_DQ)

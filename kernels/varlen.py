@@ -22,7 +22,8 @@ and an LSE of -inf.
 The grid is sized from the longest sequence the caller names, one tile per CTA: the last
 CTA of a row writes NaN to the tiles past the grid (the output and its LSE in the forward,
 the gradients in the backward), so a max_seqlen below the truth gives NaN, never silently
-wrong results. (A forward CTA that strode through its sequence's tiles by the grid's width
+wrong results. Under CAUSAL the CTAs take their tiles as the dense kernels do
+(``tile_major``): the longest tile of every (head, sequence) pair of a group first. (A forward CTA that strode through its sequence's tiles by the grid's width
 hung on sm_90 at D=64 under tileiras 13.4; in the backward the same loop spilled 400-850
 bytes per thread at D=128: docs/performance.md.) Bounds are clamped to the arrays: bounds
 that are wrong give wrong rows, never a read or write outside the tensors.
@@ -35,8 +36,8 @@ import cuda.tile as ct
 from ..platforms import occupancy_by_target, worker_warps_by_target
 from . import step10_head_dim_tiling as head_dim_tiling
 from . import step11_resident_query as resident_query
-from .backward import add_query_rows, dkdv_key_tile, dq_query_tile
-from .common import ConstBool, ConstInt
+from .backward import add_query_rows, dkdv_key_tile, dkdv_pair_bytes, dq_query_tile
+from .common import ConstBool, ConstInt, tile_major
 from .step9_unmasked_loop import attend_query_tile
 from .step10_head_dim_tiling import output_chunks
 
@@ -50,6 +51,13 @@ def sequence_bounds(Starts, Ends, sequence, rows, CUMULATIVE: ConstBool):
     end = ct.gather(Starts, sequence + 1) if CUMULATIVE else ct.gather(Ends, sequence)
     length = max(min(end, rows) - start, 0)
     return min(start, max(rows - 1, 0)), length
+
+
+def kv_pair_bytes(ROWS: ConstInt, COLUMNS: ConstInt, QUERY_GROUP: ConstInt):
+    """What the forward's or dQ's CTAs of one query head of one sequence read from L2
+    (``tile_major``), sized by the longest sequence (the grid's tiles of ROWS rows): its
+    K/V head's COLUMNS 2-byte columns a row, shared by QUERY_GROUP query heads."""
+    return ct.num_blocks(0) * ROWS * COLUMNS * 2 // QUERY_GROUP
 
 
 def sequence_view(X, sequence, start, length):
@@ -134,7 +142,10 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
          CUMULATIVE_BOUNDS: ConstBool):
     """Up to D=256: step 9's query tile, with the variants of kernels/variants.py (a
     window aligned to each sequence's last key, as the causal mask)."""
-    head, sequence = ct.bid(1), ct.bid(2)
+    tile, head, sequence = ct.bid(0), ct.bid(1), ct.bid(2)
+    if CAUSAL:  # every sequence's and head's longest tiles first, as the dense kernels
+        tile, head, sequence = tile_major(kv_pair_bytes(TILE_M, TILE_D + TILE_D_TAIL + TILE_DV,
+                                                        QUERY_GROUP))
     Q, K, V, Out, Lse, q_len, k_len = forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds,
                                                     KeyStarts, KeyEnds, sequence, WRITE_LSE,
                                                     CUMULATIVE_BOUNDS)
@@ -142,7 +153,6 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     no_keys = k_len == 0
     if SINKS:  # every row's weight is its sink's: the key loop gives 0 and the sink's LSE
         no_keys = k_len < 0
-    tile = ct.bid(0)
     if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first, as step 8
         if no_keys:
@@ -233,7 +243,10 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, QueryStarts, QueryEnds, KeyStar
          TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
          TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
          WINDOW: ConstBool, ATOMIC_DQ: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
-    kv_head, sequence = ct.bid(1), ct.bid(2)
+    k_tile, kv_head, sequence = ct.bid(0), ct.bid(1), ct.bid(2)
+    if CAUSAL:  # key tile 0 sees the most queries
+        k_tile, kv_head, sequence = tile_major(dkdv_pair_bytes(
+            ct.num_blocks(0) * TILE_N, TILE_D + TILE_D_TAIL, TILE_DV, QUERY_GROUP, ATOMIC_DQ))
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
         CUMULATIVE_BOUNDS)
@@ -241,7 +254,6 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, QueryStarts, QueryEnds, KeyStar
     dV = sequence_view(dV, sequence, k_start, k_len)
     if ATOMIC_DQ:
         dQAcc = sequence_view(dQAcc, sequence, q_start, q_len)
-    k_tile = ct.bid(0)
     num_k_tiles = ct.cdiv(k_len, TILE_N)
     if k_tile < num_k_tiles:
         dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, 0, kv_head, k_tile, qk_scale,
@@ -262,13 +274,15 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
        TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
        TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
        WINDOW: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
-    head, sequence = ct.bid(1), ct.bid(2)
+    tile, head, sequence = ct.bid(0), ct.bid(1), ct.bid(2)
+    if CAUSAL:
+        tile, head, sequence = tile_major(kv_pair_bytes(TILE_M, TILE_D + TILE_D_TAIL + TILE_DV,
+                                                        QUERY_GROUP))
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
         CUMULATIVE_BOUNDS)
     dQ = sequence_view(dQ, sequence, q_start, q_len)
     num_q_tiles = ct.cdiv(q_len, TILE_M)
-    tile = ct.bid(0)
     if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first
         dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, 0, head, q_tile, qk_scale, k_len - q_len,
