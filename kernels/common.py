@@ -11,8 +11,8 @@ ConstBool = ct.Constant[bool]
 INV_LOG_2 = 1.0 / math.log(2)
 LN_2 = math.log(2)  # and back: natural log == log2 * ln(2)
 
-# What the K and V (or Q and dO) of one group of (head, batch) pairs may take of the L2
-# cache while the group's CTAs run tile by tile (``tile_major``).
+# What the K and V (or Q, dO and dQ) of one group of (head, batch) pairs may take of the
+# L2 cache while the group's CTAs run tile by tile (``tile_major``).
 L2_GROUP_BYTES = 16 * 2**20
 # ... but a group holds at least this many CTAs, about a wave at one CTA per SM on a
 # Hopper GPU (132 SMs): a group shorter than a wave starts its longest tiles beside the
@@ -28,12 +28,13 @@ def tile_major(pair_bytes):
     carries the most work (the causal mask's longest tiles, put there by the caller) the
     longest tiles of the whole group start first and the last wave is short ones, not only
     within each pair. A group holds as many pairs as fit L2_GROUP_BYTES at `pair_bytes`
-    each (what one pair's CTAs read from L2: its K and V, or its Q and dO), so that the CTAs
-    running at once still share what they read, and at least MIN_GROUP_CTAS CTAs."""
+    each (what one pair's CTAs share in L2: its K and V, or its Q, dO and dQ), so that the
+    CTAs running at once still share what they read, and at least MIN_GROUP_CTAS CTAs."""
     tiles, heads = ct.num_blocks(0), ct.num_blocks(1)
     pairs = heads * ct.num_blocks(2)
     linear = ct.bid(0) + tiles * (ct.bid(1) + heads * ct.bid(2))
-    group = min(max(L2_GROUP_BYTES // max(pair_bytes, 1), ct.cdiv(MIN_GROUP_CTAS, tiles)), pairs)
+    group = min(max(L2_GROUP_BYTES // max(pair_bytes, 1), ct.cdiv(MIN_GROUP_CTAS, tiles)),
+                pairs)
     first_pair = linear // (group * tiles) * group
     in_group = min(group, pairs - first_pair)
     rest = linear - first_pair * tiles

@@ -22,11 +22,12 @@ and an LSE of -inf.
 The grid is sized from the longest sequence the caller names, one tile per CTA: the last
 CTA of a row writes NaN to the tiles past the grid (the output and its LSE in the forward,
 the gradients in the backward), so a max_seqlen below the truth gives NaN, never silently
-wrong results. Under CAUSAL the CTAs take their tiles as the dense kernels do
-(``tile_major``): the longest tile of every (head, sequence) pair of a group first. (A forward CTA that strode through its sequence's tiles by the grid's width
+wrong results. (A forward CTA that strode through its sequence's tiles by the grid's width
 hung on sm_90 at D=64 under tileiras 13.4; in the backward the same loop spilled 400-850
-bytes per thread at D=128: docs/performance.md.) Bounds are clamped to the arrays: bounds
-that are wrong give wrong rows, never a read or write outside the tensors.
+bytes per thread at D=128: docs/performance.md.) Under CAUSAL the CTAs take their tiles as
+the dense kernels do (``tile_major``): the longest tile of every (head, sequence) pair of a
+group first. Bounds are clamped to the arrays: bounds that are wrong give wrong rows, never
+a read or write outside the tensors.
 """
 
 import math

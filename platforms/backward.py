@@ -9,6 +9,7 @@ assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's la
 replace these: "dkdv" and "dq" whole, "dkdv_dq" its tiles and worker warps (which calls it
 runs for stays the table's, and so do the exact head-dim pairs' launches).
 """
+
 import functools
 from dataclasses import dataclass, field, replace
 
