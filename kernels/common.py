@@ -42,9 +42,15 @@ def tile_major(pair_bytes):
     return rest // in_group, pair % heads, pair // heads
 
 
+def kv_pair_bytes(k_rows, COLUMNS: ConstInt, QUERY_GROUP: ConstInt):
+    """What the forward's or dQ's CTAs of one query head read from L2 (``tile_major``):
+    k_rows rows of its K/V head's COLUMNS columns of 2 bytes (a float8 group is half as
+    large as it could be), shared by QUERY_GROUP query heads."""
+    return k_rows * COLUMNS * 2 // QUERY_GROUP
+
+
 def query_tiles_longest_first(K, TILE_D: ConstInt, TILE_DV: ConstInt, QUERY_GROUP: ConstInt):
     """(q_tile, head, batch) of a causal forward or dQ CTA: ``tile_major``, the last query
-    tiles (which see the most keys) first; each pair reads its K/V head, shared by
-    QUERY_GROUP heads (2-byte elements: a float8 group is half as large as it could be)."""
-    tile, head, batch = tile_major(K.shape[2] * (TILE_D + TILE_DV) * 2 // QUERY_GROUP)
+    tiles (which see the most keys) first."""
+    tile, head, batch = tile_major(kv_pair_bytes(K.shape[2], TILE_D + TILE_DV, QUERY_GROUP))
     return ct.num_blocks(0) - 1 - tile, head, batch

@@ -38,7 +38,7 @@ from ..platforms import occupancy_by_target, worker_warps_by_target
 from . import step10_head_dim_tiling as head_dim_tiling
 from . import step11_resident_query as resident_query
 from .backward import add_query_rows, dkdv_key_tile, dkdv_pair_bytes, dq_query_tile
-from .common import ConstBool, ConstInt, tile_major
+from .common import ConstBool, ConstInt, kv_pair_bytes, tile_major
 from .step9_unmasked_loop import attend_query_tile
 from .step10_head_dim_tiling import output_chunks
 
@@ -52,13 +52,6 @@ def sequence_bounds(Starts, Ends, sequence, rows, CUMULATIVE: ConstBool):
     end = ct.gather(Starts, sequence + 1) if CUMULATIVE else ct.gather(Ends, sequence)
     length = max(min(end, rows) - start, 0)
     return min(start, max(rows - 1, 0)), length
-
-
-def kv_pair_bytes(ROWS: ConstInt, COLUMNS: ConstInt, QUERY_GROUP: ConstInt):
-    """What the forward's or dQ's CTAs of one query head of one sequence read from L2
-    (``tile_major``), sized by the longest sequence (the grid's tiles of ROWS rows): its
-    K/V head's COLUMNS 2-byte columns a row, shared by QUERY_GROUP query heads."""
-    return ct.num_blocks(0) * ROWS * COLUMNS * 2 // QUERY_GROUP
 
 
 def sequence_view(X, sequence, start, length):
@@ -144,9 +137,10 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
     """Up to D=256: step 9's query tile, with the variants of kernels/variants.py (a
     window aligned to each sequence's last key, as the causal mask)."""
     tile, head, sequence = ct.bid(0), ct.bid(1), ct.bid(2)
-    if CAUSAL:  # every sequence's and head's longest tiles first, as the dense kernels
-        tile, head, sequence = tile_major(kv_pair_bytes(TILE_M, TILE_D + TILE_D_TAIL + TILE_DV,
-                                                        QUERY_GROUP))
+    if CAUSAL:  # every sequence's and head's longest tiles first, as the dense kernels;
+        # a pair's rows counted as the longest sequence's (the grid's tiles)
+        tile, head, sequence = tile_major(kv_pair_bytes(
+            ct.num_blocks(0) * TILE_M, TILE_D + TILE_D_TAIL + TILE_DV, QUERY_GROUP))
     Q, K, V, Out, Lse, q_len, k_len = forward_views(Q, K, V, Out, Lse, QueryStarts, QueryEnds,
                                                     KeyStarts, KeyEnds, sequence, WRITE_LSE,
                                                     CUMULATIVE_BOUNDS)
@@ -277,8 +271,8 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
        WINDOW: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
     tile, head, sequence = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
-        tile, head, sequence = tile_major(kv_pair_bytes(TILE_M, TILE_D + TILE_D_TAIL + TILE_DV,
-                                                        QUERY_GROUP))
+        tile, head, sequence = tile_major(kv_pair_bytes(
+            ct.num_blocks(0) * TILE_M, TILE_D + TILE_D_TAIL + TILE_DV, QUERY_GROUP))
     Q, K, V, dO, Lse, Delta, q_start, q_len, k_start, k_len = backward_views(
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
         CUMULATIVE_BOUNDS)

@@ -45,7 +45,7 @@ ATOMIC_DQ_FEATURES = frozenset({"softcap", "window", "split"})
 
 @dataclass(frozen=True)
 class BackwardEntry:
-    # head dim -> "dkdv" / "dq" [/ "dkdv_dq", which the autotuner does not search] -> launch
+    # head dim -> "dkdv" / "dq" [/ "dkdv_dq"] -> launch
     launches: dict[int, dict[str, BackwardLaunch]]
     provenance: str
     # (D_qk, D_v) -> kernel -> launch, over the head dim's for calls of exactly those head
