@@ -27,7 +27,8 @@ class BackwardLaunch:
     # Tiles with the softcap where `tiles` spill (None: `tiles`): "dkdv_dq" at D=64.
     softcap_tiles: TileShape | None = None
     # "dkdv_dq" only: the calls it runs for, by what they have (ATOMIC_DQ_FEATURES: a
-    # softcap, a window, Q's and K's columns split in two tiles); None: every call.
+    # softcap, a window, Q's and K's columns split in two tiles, no causal mask, a
+    # variable-length batch); None: every call.
     only_with: frozenset[str] | None = None
     # "dkdv_dq" with only_with: also every call with at most this many query heads to a K/V
     # head (0: none of them for that alone).
@@ -40,7 +41,7 @@ class BackwardLaunch:
 
 
 # What a call may have that decides whether "dkdv_dq" runs for it (BackwardLaunch.only_with).
-ATOMIC_DQ_FEATURES = frozenset({"softcap", "window", "split"})
+ATOMIC_DQ_FEATURES = frozenset({"softcap", "window", "split", "non-causal", "varlen"})
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,12 @@ SM_90 = BackwardEntry(
                "runs it for calls with at most 2 query heads to a K/V head (H100, bf16, "
                "2026-11-26, against the two kernels: 0.88-0.99x their time at B=1-8, H=16-32, "
                "N=2048-16384, causal and not, fp16 0.95-0.96x, 32/16 heads 0.95-0.97x; 1.03x "
-               "at B=4, H=32, N=1024 causal, taken) and for calls with a softcap, a window or "
-               "split Q/K columns (D=80, 96) "
+               "at B=4, H=32, N=1024 causal, taken), for calls without the causal mask (H100, "
+               "bf16 and fp16, 2026-11-26, with 4-8 query heads to a K/V head: 0.88-0.99x the "
+               "two kernels' time at B=1-8, H=16-64, N=1024-16384; causal 0.98-1.01x), for "
+               "packed batches (same day, 4-8 query heads to a K/V head: 0.71-0.72x without "
+               "the mask, 0.77-0.86x causal) and for calls with a softcap, a window or split "
+               "Q/K columns (D=80, 96) "
                "(H200, bf16, 2026-11-26, 64x128 against the two kernels: softcap 30 "
                "0.85-0.90x at B=4, H=32 or 32/8, N=4096-8192, 1.01x at the Llama demo's "
                "shape; window 4096 at N=8192 0.93x, 0.98x with 32/8 heads; D=96 0.84-0.90x, "

@@ -89,9 +89,11 @@ def query_columns(launch: BackwardLaunch, q_head_dim: int) -> tuple[int, int]:
 
 
 def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
-                       query_group: int, variants: Variants) -> bool:
+                       query_group: int, variants: Variants, *, causal: bool,
+                       varlen: bool) -> bool:
     """Whether the call runs "dkdv_dq" alone: `entry` has it at this head dim, for every
-    call, or for one with what its ``only_with`` names or with at most its
+    call, or for one with what its ``only_with`` names (a softcap, a window, split
+    columns, no causal mask, a variable-length batch) or with at most its
     ``up_to_query_group`` query heads to a K/V head; and deterministic algorithms are off
     (its atomics add in whatever order the CTAs reach them)."""
     launch = launches_for(entry, q_head_dim, v_head_dim).get("dkdv_dq")
@@ -100,14 +102,15 @@ def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
     if launch.only_with is None or query_group <= launch.up_to_query_group:
         return True
     has = {"softcap": variants.softcap is not None, "window": variants.window is not None,
-           "split": query_columns(launch, q_head_dim)[1] > 0}
+           "split": query_columns(launch, q_head_dim)[1] > 0, "non-causal": not causal,
+           "varlen": varlen}
     return any(has[feature] for feature in launch.only_with)
 
 
 def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
                             grid_values: dict | None = None, module=kernels,
                             entry: BackwardEntry | None = None,
-                            variants: Variants = NO_VARIANTS) -> None:
+                            variants: Variants = NO_VARIANTS, varlen: bool = False) -> None:
     """Writes tensors["dK"], ["dV"] and ["dQ"] with the launches of `families` (name ->
     family: "dkdv", "dq", "dkdv_dq") and `module`'s kernels: arguments from `tensors` by
     parameter name, tiles and hints from the backward's platform data for this GPU (or
@@ -123,7 +126,8 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal) \
         | {"dQAcc": UNUSED_ARRAY}
     names, dq_acc = ("dkdv", "dq"), None
-    if adds_dq_atomically(entry, q.shape[-1], v.shape[-1], query_group, variants):
+    if adds_dq_atomically(entry, q.shape[-1], v.shape[-1], query_group, variants,
+                          causal=causal, varlen=varlen):
         names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
         tensors["dQAcc"] = dq_acc
     for name in names:

@@ -210,5 +210,5 @@ def varlen_backward(q, k, v, out, lse, grad_out, bounds: SequenceBounds, max_seq
     launch_gradient_kernels(VARLEN_BACKWARD_FAMILIES, tensors, causal=causal,
                             grid_values={"max_seqlen_q": max_seqlen_q,
                                          "max_seqlen_k": max_seqlen_k}, module=kernels,
-                            variants=variants)
+                            variants=variants, varlen=True)
     return dq, dk, dv

@@ -205,8 +205,9 @@ def _counted(calls: Counter, name: str, fn):
 def dq_added_atomically(monkeypatch):
     """The backward with dQ added by the dK/dV kernel (ATOMIC_DQ) for every call at every
     head dim: the platform's "dkdv_dq" launches without their ``only_with`` (sm_90's at
-    D=128 runs only with a softcap, a window, split columns or at most two query heads to
-    a K/V head), and one on dK/dV's tiles where a head dim has none."""
+    D=128 runs only with a softcap, a window, split columns, without the causal mask, for
+    a packed batch or with at most two query heads to a K/V head), and one on dK/dV's
+    tiles where a head dim has none."""
     import dataclasses
 
     from cutile_fmha.platforms.backward import backward_entry_for

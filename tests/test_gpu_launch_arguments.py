@@ -98,19 +98,37 @@ def test_decode_passes_only_the_arrays_of_its_lookups_and_splits(launches):
 
 @pytest.mark.parametrize("head_dim,batch,heads,kv_heads,length,options,adds_dq", [
     (64, 2, 16, 4, 1000, {}, True), (256, 1, 4, 4, 300, {}, True),
-    (128, 2, 16, 4, 1000, {}, False), (128, 1, 8, 8, 1000, {}, True),
+    (128, 2, 16, 4, 1000, {}, False), (128, 2, 16, 4, 1000, {"is_causal": False}, True),
+    (128, 1, 8, 8, 1000, {}, True),
     (128, 2, 16, 8, 1000, {}, True), (128, 2, 16, 4, 1000, {"softcap": 30.0}, True),
     (128, 1, 8, 8, 1000, {"window_size": (256, 0)}, True), (96, 2, 16, 4, 1000, {}, True)])
 def test_backward_adds_dq_in_dkdv_where_the_platform_says(launches, head_dim, batch, heads,
                                                           kv_heads, length, options, adds_dq):
     """The dense backward runs "dkdv_dq" (dK/dV with ATOMIC_DQ, handed the float32 dQ
     buffer, and no dQ kernel) where the platform has that launch for the call (D=64 and
-    256; at 128's launch only with a softcap, a window, split columns (D=96) or at most two
-    query heads to a K/V head), else dK/dV and dQ."""
+    256; at 128's launch only with a softcap, a window, split columns (D=96), without the
+    causal mask or with at most two query heads to a K/V head), else dK/dV and dQ; causal
+    unless said."""
     q, k, v = (t.requires_grad_() for t in inputs(batch, heads, kv_heads, length, length,
                                                    head_dim))
-    attention(q, k, v, is_causal=True, enable_gqa=heads != kv_heads, **options).backward(
+    attention(q, k, v, **{"is_causal": True} | options, enable_gqa=heads != kv_heads).backward(
         torch.randn_like(q))
     [dkdv] = [arguments for family, arguments in launches if family is families.DKDV]
     assert arrays_passed(families.DKDV, dkdv)["dQAcc"] == adds_dq
     assert any(family is families.DQ for family, _ in launches) != adds_dq
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_backward_adds_dq_in_dkdv_at_d128_with_grouped_heads(launches, causal):
+    """A variable-length batch at D=128 runs "dkdv_dq" with four query heads to a K/V head,
+    causal too, where a dense causal batch runs dK/dV and dQ (above)."""
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    lengths = [300, 1000, 1]
+    q, k, v = (torch.randn(sum(lengths), heads, 128, generator=generator, device="cuda",
+                           dtype=torch.bfloat16, requires_grad=True) for heads in (16, 4, 4))
+    cu_seqlens = torch.tensor([0, 300, 1300, 1301], dtype=torch.int32, device="cuda")
+    attention_varlen(q, k, v, cu_seqlens, cu_seqlens, max(lengths), max(lengths),
+                     is_causal=causal).backward(torch.randn_like(q))
+    [dkdv] = [arguments for family, arguments in launches if family is families.DKDV_VARLEN]
+    assert arrays_passed(families.DKDV_VARLEN, dkdv)["dQAcc"]
+    assert not any(family is families.DQ_VARLEN for family, _ in launches)

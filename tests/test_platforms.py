@@ -255,29 +255,34 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
     assert DEFAULT_BACKWARD.provenance.startswith("unmeasured")
 
 
-@pytest.mark.parametrize("q_head_dim,v_head_dim,group,variants,deterministic,adds", [
-    (64, 64, 8, NO_VARIANTS, False, True),       # "dkdv_dq" for every call
-    (64, 64, 1, NO_VARIANTS, True, False),       # the two kernels under deterministic algorithms
-    (128, 128, 4, NO_VARIANTS, False, False),    # only with what only_with names ...
-    (128, 128, 2, NO_VARIANTS, False, True),     # ... or up to 2 query heads to a K/V head
-    (128, 128, 1, NO_VARIANTS, False, True),
-    (128, 128, 1, NO_VARIANTS, True, False),
-    (128, 128, 8, Variants(softcap=30.0), False, True),
-    (128, 128, 4, Variants(window=(512, 0)), False, True),
-    (128, 128, 4, Variants(sinks=True), False, False),
-    (96, 96, 4, NO_VARIANTS, False, True),       # split columns, 64 + 32
-    (80, 80, 4, NO_VARIANTS, False, True),       # 64 + 16
-    (112, 112, 4, NO_VARIANTS, False, False),    # padded to 128, not split
-    (192, 128, 4, NO_VARIANTS, False, True),     # D=256's launch, for every call
-    (160, 160, 4, NO_VARIANTS, False, True),
+@pytest.mark.parametrize("q_head_dim,v_head_dim,group,variants,causal,varlen,deterministic,adds", [
+    (64, 64, 8, NO_VARIANTS, True, False, False, True),     # "dkdv_dq" for every call
+    (64, 64, 1, NO_VARIANTS, True, False, True, False),     # not under deterministic algorithms
+    (128, 128, 4, NO_VARIANTS, True, False, False, False),  # only with what only_with names ...
+    (128, 128, 4, NO_VARIANTS, False, False, False, True),  # (no causal mask, ...
+    (128, 128, 8, NO_VARIANTS, False, False, True, False),
+    (128, 128, 4, NO_VARIANTS, True, True, False, True),    # ... a variable-length batch) ...
+    (128, 128, 2, NO_VARIANTS, True, False, False, True),   # ... or up to 2 query heads a K/V head
+    (128, 128, 1, NO_VARIANTS, True, False, False, True),
+    (128, 128, 1, NO_VARIANTS, True, False, True, False),
+    (128, 128, 8, Variants(softcap=30.0), True, False, False, True),
+    (128, 128, 4, Variants(window=(512, 0)), True, False, False, True),
+    (128, 128, 4, Variants(sinks=True), True, False, False, False),
+    (96, 96, 4, NO_VARIANTS, True, False, False, True),     # split columns, 64 + 32
+    (80, 80, 4, NO_VARIANTS, True, False, False, True),     # 64 + 16
+    (112, 112, 4, NO_VARIANTS, True, False, False, False),  # padded to 128, not split
+    (192, 128, 4, NO_VARIANTS, True, False, False, True),   # D=256's launch, for every call
+    (160, 160, 4, NO_VARIANTS, True, False, False, True),
 ])
 def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v_head_dim,
-                                                      group, variants, deterministic, adds):
+                                                      group, variants, causal, varlen,
+                                                      deterministic, adds):
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: deterministic)
     entry = backward_entry_for("sm_90")
     assert entry.launches[128]["dkdv_dq"].only_with == ATOMIC_DQ_FEATURES
     assert entry.launches[128]["dkdv_dq"].up_to_query_group == 2
-    assert adds_dq_atomically(entry, q_head_dim, v_head_dim, group, variants) == adds
+    assert adds_dq_atomically(entry, q_head_dim, v_head_dim, group, variants, causal=causal,
+                              varlen=varlen) == adds
 
 
 def test_exact_head_dims_take_their_own_launch_over_the_head_dims():
