@@ -59,19 +59,22 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from cutile_fmha import attention_with_lse
 from cutile_fmha.assets import measure
 from cutile_fmha.assets.fmha_varlen_benchmark import sequence_lengths
 from cutile_fmha.assets.measure import Column
 from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TileShape,
                                    TunedLaunch, arch_of_capability, entry_for)
 from cutile_fmha.platforms.backward import (KERNELS, SEARCHED, BackwardLaunch,
-                                            backward_entry_for, backward_record, with_launches)
+                                            backward_entry_for, backward_record,
+                                            describe_head_dims, is_exact_pair, with_launches)
+from cutile_fmha.platforms.entry import PADDED_HEAD_DIM_MULTIPLE, launch_head_dim
 from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (FP8_SEARCH_SPACE, LARGE_HEAD_DIM_SEARCH_SPACE,
                                                 MAX_STACK_BYTES, search_space_for)
 from cutile_fmha.platforms.tuned import tuned_path, write_tuned
 from cutile_fmha.steps import STEPS, plan_launch, steps_for
-from cutile_fmha.steps.backward import attention_backward
+from cutile_fmha.steps.backward import attention_backward, launches_for
 from cutile_fmha.steps.compile import compile_fp8, compile_step, compile_varlen, resource_usage
 from cutile_fmha.steps.decode import DecodeShape, decode_forward
 from cutile_fmha.steps.definitions import QUERY_TILE_STEP
@@ -92,11 +95,21 @@ COLUMNS = [Column("head_dim", "D"), Column("causal", "causal"), Column("step", "
            Column("skipped", "skipped")]
 
 
+def head_dim_argument(text: str) -> int | tuple[int, int]:
+    """--head-dim's values: a head dim, or an exact pair D_QK/D_V."""
+    try:
+        return tuple(int(part) for part in text.split("/", 1)) if "/" in text else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a head dim or a pair D_QK/D_V, got {text!r}")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS),
-                        choices=HEAD_DIMS + LARGE_HEAD_DIMS,
-                        help="head dims to tune: up to 256, or past it (default: 64 128 256)")
+    parser.add_argument("--head-dim", type=head_dim_argument, nargs="+", default=None,
+                        metavar="D",
+                        help=f"head dims to tune: {HEAD_DIMS}, or past 256 "
+                             f"{LARGE_HEAD_DIMS}; with --backward also exact pairs D_QK/D_V "
+                             f"(default: 64 128 256, and with --backward the table's pairs)")
     parser.add_argument("--seq-len", type=measure.positive_int, default=8192)
     parser.add_argument("--batch", type=measure.positive_int, default=None,
                         help="default 4, or 1 past D=256")
@@ -124,7 +137,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.varlen + args.fp8 + args.decode + args.backward > 1:
         parser.error("--varlen, --fp8, --decode and --backward each search on their own")
-    if (args.fp8 or args.decode or args.backward) and set(args.head_dim) - set(HEAD_DIMS):
+    # With --backward and no --head-dim, the table's exact pairs follow (search_backward).
+    args.table_pairs = args.backward and args.head_dim is None
+    args.head_dim = args.head_dim or list(HEAD_DIMS)
+    pairs = [d for d in args.head_dim if isinstance(d, tuple)]
+    if pairs and not args.backward:
+        parser.error("--head-dim: exact pairs D_QK/D_V are searched with --backward only")
+    wrong = [describe_head_dims(pair) for pair in pairs if not is_exact_pair(pair)
+             or any(d % PADDED_HEAD_DIM_MULTIPLE for d in pair)]
+    if wrong:
+        parser.error(f"--head-dim: a pair D_QK/D_V needs multiples of "
+                     f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]}, not one of {HEAD_DIMS} "
+                     f"twice (that is --head-dim D), got {wrong}")
+    args.head_dim = [d for d in args.head_dim if not isinstance(d, tuple)] + pairs
+    if set(args.head_dim) - set(HEAD_DIMS + LARGE_HEAD_DIMS) - set(pairs):
+        parser.error(f"--head-dim: one of {HEAD_DIMS + LARGE_HEAD_DIMS}, got {args.head_dim}")
+    if (args.fp8 or args.decode or args.backward) and set(args.head_dim) - set(HEAD_DIMS) \
+            - set(pairs):
         parser.error(f"--fp8, --decode and --backward: head dims {HEAD_DIMS} only")
     # Which forward --head-dim's search times: the dense steps', or one kernel's.
     args.kernel = "varlen" if args.varlen else "fp8" if args.fp8 else "dense"
@@ -405,8 +434,9 @@ def _decode_columns(times: list[float]) -> dict:
             zip(DECODE_WORKLOADS, times)} | {"geomean_us": statistics.geometric_mean(times)}
 
 
-# (TILE_M, TILE_N): 32x128 is D=128's dK/dV, 128x32 D=256's dQ on sm_90
-BACKWARD_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (32, 128), (128, 32))
+# (TILE_M, TILE_N): 32x128 is D=128's dK/dV, 128x32 D=256's dQ on sm_90; 16x128 for
+# narrow V (192/128), whose registers leave room for few query rows of wide Q and K
+BACKWARD_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (32, 128), (128, 32), (16, 128))
 BACKWARD_WORKER_WARPS = (4, 8, None)  # None: the compiler's choice
 BACKWARD_COLUMNS = [Column("head_dim", "D"), Column("kernel", "kernel"),
                     Column("tiles", "tiles"), Column("num_worker_warps", "worker warps"),
@@ -425,48 +455,67 @@ def backward_candidates(kernels=SEARCHED) -> list[tuple[str, BackwardLaunch]]:
             for tile_m, tile_n in BACKWARD_TILES for warps in BACKWARD_WORKER_WARPS]
 
 
-def _backward_workloads(args, head_dim: int) -> list:
-    """Causal and not: f(entry) -> a function that runs the whole backward once."""
+def _backward_workloads(args, head_dims) -> list:
+    """Causal and not: f(entry) -> a function that runs the whole backward once, at a head
+    dim or an exact pair (D_qk, D_v), with --heads or the default of its launch head dim."""
+    q_head_dim, v_head_dim = head_dims if isinstance(head_dims, tuple) else (head_dims,) * 2
     workloads = []
     for causal in (True, False):
-        shape = measure.Shape(args.batch, measure.heads_for(head_dim, args.heads),
-                              args.seq_len, args.seq_len, head_dim, causal, args.dtype)
+        shape = measure.Shape(args.batch, measure.heads_for(launch_head_dim(
+            q_head_dim, v_head_dim), args.heads), args.seq_len, args.seq_len, q_head_dim,
+            causal, args.dtype)
         q, k, v = measure.make_inputs(shape)
-        plan = plan_launch(q, k, v, causal=causal, with_lse=True)
-        out = plan.launch()
-        lse, grad_out = plan.lse, torch.randn_like(out)
+        if v_head_dim != q_head_dim:
+            v = torch.randn(*v.shape[:-1], v_head_dim, device=v.device, dtype=v.dtype)
+        out, lse = attention_with_lse(q, k, v, is_causal=causal)
+        grad_out = torch.randn_like(out)
         workloads.append(lambda entry, tensors=(q, k, v, out, lse, grad_out), causal=causal:
                          lambda: attention_backward(*tensors, causal=causal, entry=entry))
     return workloads
 
 
 def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
-    """(fastest launch per (head dim, kernel), the search's rows); `save(best, rows)` after
-    each head dim."""
+    """(fastest launch per (head dim or exact pair, kernel), the search's rows); `save(best,
+    rows)` after each head dim."""
     rows, best = [], {}
     entry = backward_entry_for(arch)
-    base = dataclasses.replace(entry, launches={  # the two kernels, never "dkdv_dq"
-        head_dim: {kernel: kernels[kernel] for kernel in KERNELS}
-        for head_dim, kernels in entry.launches.items()}, exact_launches={})
-    # "dkdv_dq" for every call: its candidates replace this launch's tiles and warps
+
+    def without_dkdv_dq(launches):
+        return {kernel: launch for kernel, launch in launches.items() if kernel in KERNELS}
+
+    def for_every_call(launches):  # "dkdv_dq" alone
+        return {kernel: dataclasses.replace(launch, only_with=None)
+                for kernel, launch in launches.items() if kernel == "dkdv_dq"}
+
+    # The two kernels, never "dkdv_dq" ...
+    base = dataclasses.replace(entry, launches={
+        head_dim: without_dkdv_dq(kernels) for head_dim, kernels in entry.launches.items()},
+        exact_launches={pair: without_dkdv_dq(kernels)
+                        for pair, kernels in entry.exact_launches.items()})
+    # ... or "dkdv_dq" alone: its candidates replace this launch's tiles and warps
     alone = dataclasses.replace(base, launches={
-        head_dim: base.launches[head_dim] | {"dkdv_dq": dataclasses.replace(
-            kernels["dkdv_dq"], only_with=None)}
-        for head_dim, kernels in entry.launches.items() if "dkdv_dq" in kernels})
-    for head_dim in args.head_dim:
-        workloads = _backward_workloads(args, head_dim)
+        head_dim: base.launches[head_dim] | for_every_call(kernels)
+        for head_dim, kernels in entry.launches.items()},
+        exact_launches={pair: base.exact_launches[pair] | for_every_call(kernels)
+                        for pair, kernels in entry.exact_launches.items()})
+    points = args.head_dim + (list(entry.exact_launches) if args.table_pairs else [])
+    for head_dims in points:
+        name = describe_head_dims(head_dims)
+        workloads = _backward_workloads(args, head_dims)
+        has_dkdv_dq = "dkdv_dq" in launches_for(alone, *(
+            head_dims if isinstance(head_dims, tuple) else (head_dims,) * 2))
         searched = [kernel for kernel in args.backward_kernels
-                    if kernel in KERNELS or head_dim in alone.launches]
+                    if kernel in KERNELS or has_dkdv_dq]
         if searched != list(args.backward_kernels):
-            tqdm.write(f"D={head_dim}: the table has no 'dkdv_dq' launch to retile here")
+            tqdm.write(f"D={name}: the table has no 'dkdv_dq' launch to retile here")
 
         def times(kernel, launch):
             over = base if kernel in KERNELS else alone
-            entry = with_launches(over, {(head_dim, kernel): launch}, "a candidate")
+            entry = with_launches(over, {(head_dims, kernel): launch}, "a candidate")
             return [measure.time_ms(workload(entry), args.iterations) for workload in workloads]
 
         def row_of(kernel, tiles, warps, causal_ms, non_causal_ms, **more):
-            return {"head_dim": head_dim, "kernel": kernel, "tiles": tiles,
+            return {"head_dim": name, "kernel": kernel, "tiles": tiles,
                     "num_worker_warps": warps, "causal_ms": causal_ms,
                     "non_causal_ms": non_causal_ms,
                     "geomean_ms": math.sqrt(causal_ms * non_causal_ms), **more}
@@ -474,10 +523,9 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
         # the two kernels at this GPU's launches, beside which "dkdv_dq" is read
         two = [measure.time_ms(workload(base), args.iterations) for workload in workloads]
         point_rows = [row_of("dkdv + dq", "the table's", None, *two)]
-        for kernel, launch in tqdm(backward_candidates(searched), desc=f"backward D={head_dim}",
+        for kernel, launch in tqdm(backward_candidates(searched), desc=f"backward D={name}",
                                    unit="launch"):
-            row = {"head_dim": head_dim, "kernel": kernel,
-                   "tiles": describe_tiles(launch.tiles),
+            row = {"head_dim": name, "kernel": kernel, "tiles": describe_tiles(launch.tiles),
                    "num_worker_warps": launch.num_worker_warps}
             try:
                 causal_ms, non_causal_ms = times(kernel, launch)
@@ -489,14 +537,14 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
         for kernel in searched:
             timed = [r for r in point_rows if r["kernel"] == kernel and "launch" in r]
             if not timed:
-                tqdm.write(f"D={head_dim} {kernel}: every candidate was skipped; kept "
-                           f"{entry.launches[head_dim][kernel]}")
+                tqdm.write(f"D={name} {kernel}: every candidate was skipped; the table's "
+                           f"launch stays")
                 continue
             fastest = fastest_finalist(
                 timed, "geomean_ms",
                 lambda r, kernel=kernel: statistics.geometric_mean(times(kernel, r["launch"])))
-            best[(head_dim, kernel)] = fastest["launch"]
-            tqdm.write(f"D={head_dim} {kernel}: best {fastest['tiles']}, worker warps "
+            best[(head_dims, kernel)] = fastest["launch"]
+            tqdm.write(f"D={name} {kernel}: best {fastest['tiles']}, worker warps "
                        f"{fastest['num_worker_warps'] or 'auto'}: "
                        f"{fastest['median_geomean_ms']:.3f} ms (geometric mean; the two "
                        f"kernels at the table's launches: {point_rows[0]['geomean_ms']:.3f})")
@@ -537,9 +585,9 @@ def main(argv=None) -> int:
             f", {DECODE_HEADS[0]}/{DECODE_HEADS[1]} heads"
     if args.backward:
         shape = f"backward, causal and not, B={args.batch} N={args.seq_len}"
-    context = measure.run_context() | {
-        "shape": f"{shape} {args.dtype}" + ("" if args.decode else
-                                             f", {measure.describe_heads(args.heads, None)}")}
+    heads = "" if args.decode else f", {measure.describe_heads(args.heads, None)}" + (
+        " (a pair D_QK/D_V: its launch head dim's)" if args.backward and not args.heads else "")
+    context = measure.run_context() | {"shape": f"{shape} {args.dtype}{heads}"}
     path = Path(args.output) if args.output else tuned_path(
         arch, args.large_head_dims, args.varlen, args.decode, args.backward, args.fp8)
 

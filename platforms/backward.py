@@ -7,13 +7,13 @@ and where it pays, of "dkdv_dq": the dK/dV kernel that also adds dQ with float32
 sm_90's launches, marked unmeasured. Where the autotuner has searched them (``python
 assets/fmha_autotune.py --backward``), platforms/tuned/<arch>-backward.json's launches
 replace these: "dkdv" and "dq" whole, "dkdv_dq" its tiles and worker warps (which calls it
-runs for stays the table's, and so do the exact head-dim pairs' launches).
+runs for stays the table's), per head dim and per exact head-dim pair (192/128).
 """
 
 import functools
 from dataclasses import dataclass, field, replace
 
-from .entry import HEAD_DIMS, TileShape
+from .entry import HEAD_DIMS, TileShape, launch_head_dim
 from .tuned import load_launches, tuned_path
 
 KERNELS = ("dkdv", "dq")  # the two kernels
@@ -126,39 +126,70 @@ BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")
 
 
-def backward_record(key: tuple[int, str], launch: BackwardLaunch) -> dict:
-    """One backward launch as the tuned JSON file stores it."""
-    head_dim, kernel = key
-    return {"head_dim": head_dim, "kernel": kernel, "tile_m": launch.tiles.tile_m,
-            "tile_n": launch.tiles.tile_n, "num_worker_warps": launch.num_worker_warps}
+def backward_record(key: tuple, launch: BackwardLaunch) -> dict:
+    """One backward launch as the tuned JSON file stores it; `key` is (head dim, kernel),
+    or ((D_qk, D_v), kernel) for an exact head-dim pair's."""
+    head_dims, kernel = key
+    dims = {"head_dim": head_dims[0], "value_head_dim": head_dims[1]} \
+        if isinstance(head_dims, tuple) else {"head_dim": head_dims}
+    return dims | {"kernel": kernel, "tile_m": launch.tiles.tile_m,
+                   "tile_n": launch.tiles.tile_n, "num_worker_warps": launch.num_worker_warps}
 
 
-def _backward_launch(record: dict, where: str) -> tuple[tuple[int, str], BackwardLaunch]:
+def _backward_launch(record: dict, where: str) -> tuple[tuple, BackwardLaunch]:
     missing = [key for key in ("head_dim", "kernel", "tile_m", "tile_n", "num_worker_warps")
                if key not in record]
     if missing:
         raise ValueError(f"{where}: a backward launch lacks {missing}: {record}")
-    if record["head_dim"] not in HEAD_DIMS or record["kernel"] not in SEARCHED:
-        raise ValueError(f"{where}: head_dim must be one of {HEAD_DIMS} and kernel one of "
-                         f"{SEARCHED}: {record}")
-    return (record["head_dim"], record["kernel"]), BackwardLaunch(
+    if "value_head_dim" in record:  # an exact head-dim pair's
+        head_dims = (record["head_dim"], record["value_head_dim"])
+        valid = is_exact_pair(head_dims)
+    else:
+        head_dims = record["head_dim"]
+        valid = head_dims in HEAD_DIMS
+    if not valid or record["kernel"] not in SEARCHED:
+        raise ValueError(f"{where}: head_dim must be one of {HEAD_DIMS} (or with "
+                         f"value_head_dim, two head dims up to {HEAD_DIMS[-1]} other than "
+                         f"those) and kernel one of {SEARCHED}: {record}")
+    return (head_dims, record["kernel"]), BackwardLaunch(
         TileShape(record["tile_m"], record["tile_n"]), record["num_worker_warps"])
 
 
+def describe_head_dims(head_dims) -> str:
+    """"128", or for an exact head-dim pair "192/128"."""
+    return "{}/{}".format(*head_dims) if isinstance(head_dims, tuple) else str(head_dims)
+
+
+def is_exact_pair(head_dims: tuple[int, int]) -> bool:
+    """Whether (D_qk, D_v) can have launches of its own (BackwardEntry.exact_launches): two
+    head dims the backward runs, not one of HEAD_DIMS twice (that is the head dim's)."""
+    q_head_dim, v_head_dim = head_dims
+    return all(1 <= d <= HEAD_DIMS[-1] for d in head_dims) and not (
+        q_head_dim == v_head_dim and q_head_dim in HEAD_DIMS)
+
+
 def with_launches(entry: BackwardEntry, launches: dict, provenance: str) -> BackwardEntry:
-    """`entry` with `launches` ((head dim, kernel) -> launch) in place of its own: for
-    "dkdv_dq", which `entry` must have at that head dim, their tiles and worker warps only
-    (the calls it runs for, its softcap tiles and split head dims stay `entry`'s)."""
+    """`entry` with `launches` ((head dim, kernel) -> launch, or ((D_qk, D_v), kernel) for
+    an exact head-dim pair) in place of its own: for "dkdv_dq", which `entry` must have
+    there (a pair: its own or its launch head dim's), their tiles and worker warps only (the
+    calls it runs for, its softcap tiles and split head dims stay `entry`'s)."""
     merged = {head_dim: dict(kernels) for head_dim, kernels in entry.launches.items()}
-    for (head_dim, kernel), launch in launches.items():
-        if kernel in KERNELS:
-            merged[head_dim][kernel] = launch
-        elif kernel not in merged[head_dim]:
-            raise ValueError(f"D={head_dim} has no {kernel!r} launch for {launch} to retile")
+    exact = {pair: dict(kernels) for pair, kernels in entry.exact_launches.items()}
+    for (head_dims, kernel), launch in launches.items():
+        if isinstance(head_dims, tuple):
+            table = merged[launch_head_dim(*head_dims)] | exact.get(head_dims, {})
+            into = exact.setdefault(head_dims, {})
         else:
-            merged[head_dim][kernel] = replace(merged[head_dim][kernel], tiles=launch.tiles,
-                                               num_worker_warps=launch.num_worker_warps)
-    return replace(entry, launches=merged, provenance=provenance)
+            table = into = merged[head_dims]
+        if kernel in KERNELS:
+            into[kernel] = launch
+        elif kernel not in table:
+            raise ValueError(f"D={describe_head_dims(head_dims)} has no {kernel!r} launch for "
+                             f"{launch} to retile")
+        else:
+            into[kernel] = replace(table[kernel], tiles=launch.tiles,
+                                   num_worker_warps=launch.num_worker_warps)
+    return replace(entry, launches=merged, exact_launches=exact, provenance=provenance)
 
 
 @functools.cache
@@ -169,6 +200,7 @@ def backward_entry_for(arch: str) -> BackwardEntry:
     if not path.exists():
         return entry
     launches, note = load_launches(arch, path, _backward_launch)
-    searched = ", ".join(f"D={d} {kernel}" for d, kernel in sorted(launches))
+    searched = ", ".join(f"D={describe_head_dims(d)} {kernel}"
+                         for d, kernel in sorted(launches, key=str))
     return with_launches(entry, launches, f"{searched}: {note}; the others: "
                                           f"{entry.provenance}")

@@ -12,6 +12,29 @@ HEAD_DIMS = (64, 128, 256)
 LARGE_HEAD_DIMS = tuple(d for d in range(320, 1025, 64) if d != 832)
 SOURCES = ("guide", "measured", "unmeasured")
 
+# Head dims the kernels on step 9's query tile (the variants', the variable-length ones
+# and the backward) run by padding: any multiple of PADDED_HEAD_DIM_MULTIPLE up to
+# HEAD_DIMS[-1], query/key and value possibly different (``tile_head_dim``).
+PADDED_HEAD_DIM_MULTIPLE = 8  # 16 bytes in 16-bit elements: rows TMA can load
+
+
+def tile_head_dim(head_dim: int) -> int:
+    """The head-dim width of the kernels' tiles for a tensor's head dim: past HEAD_DIMS[-1]
+    the head dim itself (steps 10-11 tile it), else the smallest of HEAD_DIMS as wide.
+    Loads are zero past a tensor's last column and stores clipped to it, so the extra
+    columns add zeros to the products and are never written: D=96 runs 128 columns, and
+    D_qk=192 with D_v=128 runs Q and K on 256 and V on 128 (TILE_D and TILE_DV) at
+    D=256's launch (``launch_head_dim``)."""
+    if head_dim > HEAD_DIMS[-1]:
+        return head_dim
+    return next(d for d in HEAD_DIMS if d >= head_dim)
+
+
+def launch_head_dim(q_head_dim: int, v_head_dim: int) -> int:
+    """The head dim whose platform-table launch (tiles, hints) a call takes: the wider of
+    its two tile widths."""
+    return max(tile_head_dim(q_head_dim), tile_head_dim(v_head_dim))
+
 
 @dataclass(frozen=True)
 class TileShape:

@@ -15,9 +15,10 @@ import torch
 from ..kernels import backward as kernels
 from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, BackwardLaunch, backward_entry_for
+from ..platforms.entry import launch_head_dim
 from .family import DKDV, DQ, ROW_DOT, UNUSED_ARRAY, backward_constants
-from .launcher import (causal_query_offset, device_facts, launch_head_dim, rows_contiguous,
-                       softmax_scale, split_head_dim, tile_head_dim, with_hints)
+from .launcher import (causal_query_offset, device_facts, rows_contiguous, softmax_scale,
+                       split_head_dim, tile_head_dim, with_hints)
 from .variants import NO_VARIANTS, Variants
 
 ROW_DOT_TILE_M = 64

@@ -16,6 +16,7 @@ import torch
 
 from ..platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape,
                          arch_of_capability, entry_for)
+from ..platforms.entry import PADDED_HEAD_DIM_MULTIPLE, tile_head_dim
 from ..platforms.environment import CHECK_COMMAND, require_environment
 from .definitions import STEPS, fastest_step, steps_for
 from .family import FORWARD_TENSORS, UNUSED_ARRAY, forward_constants
@@ -162,24 +163,6 @@ def _check_devices(named_tensors) -> None:
                              f"{first.device}, {name} is on {t.device}")
 
 
-# Head dims the kernels on step 9's query tile (the variants', the variable-length ones
-# and the backward) run by padding: any multiple of PADDED_HEAD_DIM_MULTIPLE up to
-# HEAD_DIMS[-1], query/key and value possibly different (``tile_head_dim``).
-PADDED_HEAD_DIM_MULTIPLE = 8  # 16 bytes in 16-bit elements: rows TMA can load
-
-
-def tile_head_dim(head_dim: int) -> int:
-    """The head-dim width of the kernels' tiles for a tensor's head dim: past HEAD_DIMS[-1]
-    the head dim itself (steps 10-11 tile it), else the smallest of HEAD_DIMS as wide.
-    Loads are zero past a tensor's last column and stores clipped to it, so the extra
-    columns add zeros to the products and are never written: D=96 runs 128 columns, and
-    D_qk=192 with D_v=128 runs Q and K on 256 and V on 128 (TILE_D and TILE_DV) at
-    D=256's launch (``launch_head_dim``)."""
-    if head_dim > HEAD_DIMS[-1]:
-        return head_dim
-    return next(d for d in HEAD_DIMS if d >= head_dim)
-
-
 # The narrowest second column tile of Q and K (split_head_dim): a warpgroup product's step
 # along its inner dimension in 16-bit inputs.
 MIN_HEAD_DIM_TAIL = 16
@@ -196,12 +179,6 @@ def split_head_dim(head_dim: int) -> tuple[int, int]:
     if head_dim <= HEAD_DIMS[-1] and tail >= MIN_HEAD_DIM_TAIL and tail & (tail - 1) == 0:
         return main, tail
     return tile_head_dim(head_dim), 0
-
-
-def launch_head_dim(q_head_dim: int, v_head_dim: int) -> int:
-    """The head dim whose platform-table launch (tiles, hints) a call takes: the wider of
-    its two tile widths."""
-    return max(tile_head_dim(q_head_dim), tile_head_dim(v_head_dim))
 
 
 def is_padded(q: torch.Tensor, v: torch.Tensor) -> bool:

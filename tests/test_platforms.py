@@ -14,13 +14,13 @@ from cutile_fmha.platforms import (DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORM
 from cutile_fmha.platforms import tuned
 from cutile_fmha.platforms.backward import (ATOMIC_DQ_FEATURES, BACKWARD_ENTRIES,
                                             DEFAULT_BACKWARD, backward_entry_for)
-from cutile_fmha.platforms.entry import DECODE_GUESS, SOURCES, DecodeLaunch
+from cutile_fmha.platforms.entry import DECODE_GUESS, SOURCES, DecodeLaunch, launch_head_dim
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps.backward import adds_dq_atomically, launches_for
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
 from cutile_fmha.steps.definitions import QUERY_TILE_STEP
-from cutile_fmha.steps.launcher import launch_head_dim, split_head_dim
+from cutile_fmha.steps.launcher import split_head_dim
 from cutile_fmha.steps.variants import NO_VARIANTS, Variants
 
 ENTRIES = list(PLATFORMS.values()) + [DEFAULT]
@@ -202,6 +202,47 @@ def test_tuned_dkdv_dq_retiles_the_table_s_launch_and_keeps_its_rule(tmp_path, m
         for d, kernels in backward.SM_90.launches.items()})
     with pytest.raises(ValueError, match="D=128 has no 'dkdv_dq' launch"):
         backward.with_launches(without, {(128, "dkdv_dq"): table}, "a candidate")
+
+
+def test_tuned_exact_head_dim_pairs_take_their_own_launches(tmp_path, monkeypatch):
+    from cutile_fmha.platforms import backward
+
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    backward_entry_for.cache_clear()
+    path = tuned.tuned_path("sm_90", backward=True)
+    launches = {((192, 128), "dkdv_dq"): backward.BackwardLaunch(TileShape(64, 128), 4),
+                ((160, 128), "dkdv_dq"): backward.BackwardLaunch(TileShape(32, 128), 8),
+                ((192, 128), "dq"): backward.BackwardLaunch(TileShape(128, 32), 8),
+                (64, "dq"): backward.BackwardLaunch(TileShape(128, 128), 8)}
+    tuned.write_tuned("sm_90", CONTEXT | {"shape": "backward"}, launches, [], path,
+                      record=backward.backward_record)
+    records = json.loads(path.read_text())["launches"]
+    # head dims first, then the pairs
+    assert [(r["head_dim"], r.get("value_head_dim"), r["kernel"]) for r in records] == [
+        (64, None, "dq"), (160, 128, "dkdv_dq"), (192, 128, "dkdv_dq"), (192, 128, "dq")]
+    entry = backward_entry_for("sm_90")
+    table = backward.SM_90.exact_launches[(192, 128)]["dkdv_dq"]
+    # a pair's own launch is retiled, keeping its rule and split head dims
+    assert entry.exact_launches[(192, 128)]["dkdv_dq"] == dataclasses.replace(
+        table, tiles=TileShape(64, 128), num_worker_warps=4)
+    assert entry.exact_launches[(192, 128)]["dq"] == launches[((192, 128), "dq")]
+    # a pair without one takes its launch head dim's, retiled
+    assert entry.exact_launches[(160, 128)]["dkdv_dq"] == dataclasses.replace(
+        backward.SM_90.launches[256]["dkdv_dq"], tiles=TileShape(32, 128))
+    assert launches_for(entry, 160, 128)["dkdv"] == backward.SM_90.launches[256]["dkdv"]
+    assert entry.launches[64]["dq"] == launches[(64, "dq")]
+    assert entry.launches[256] == backward.SM_90.launches[256]
+    assert "D=192/128 dkdv_dq" in entry.provenance
+    backward_entry_for.cache_clear()
+    for head_dim, value_head_dim in ((128, 128), (192, 320), (0, 128)):
+        path.write_text(json.dumps({"arch": "sm_90", "measured": CONTEXT, "search": [],
+                                    "launches": [{"head_dim": head_dim, "value_head_dim":
+                                                  value_head_dim, "kernel": "dkdv_dq",
+                                                  "tile_m": 64, "tile_n": 64,
+                                                  "num_worker_warps": 8}]}))
+        with pytest.raises(ValueError, match="with value_head_dim, two head dims up to 256"):
+            backward_entry_for("sm_90")
+        backward_entry_for.cache_clear()
 
 
 def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from cutile_fmha.assets import fmha_backward_benchmark as backward
 from cutile_fmha.assets import fmha_fp8_benchmark as fp8
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
+from cutile_fmha.platforms import TileShape
 from cutile_fmha.platforms.backward import backward_entry_for
 from cutile_fmha.assets import fmha_varlen_benchmark as varlen
 from cutile_fmha.assets import measure
@@ -206,9 +207,48 @@ def test_autotune_searches_the_backward_kernels_tiles_and_worker_warps():
     assert {kernel for kernel, _ in autotune.backward_candidates(args.backward_kernels)} == \
         {"dkdv_dq"}
     for wrong in (["--backward", "--head-dim", "512"], ["--backward", "--decode"],
-                  ["--backward", "--varlen"], ["--backward", "--backward-kernels", "dkv"]):
+                  ["--backward", "--varlen"], ["--backward", "--backward-kernels", "dkv"],
+                  ["--head-dim", "192/128"], ["--backward", "--head-dim", "128/128"],
+                  ["--backward", "--head-dim", "196/128"], ["--backward", "--head-dim", "192/x"],
+                  ["--backward", "--head-dim", "96"]):
         with pytest.raises(SystemExit):
             autotune.parse_args(wrong)
+
+
+def test_autotune_searches_exact_head_dim_pairs_in_the_backward():
+    args = autotune.parse_args(["--backward", "--head-dim", "192/128", "128"])
+    assert args.head_dim == [128, (192, 128)] and not args.table_pairs
+    # by default: 64, 128, 256, and then the table's pairs (search_backward adds them)
+    args = autotune.parse_args(["--backward"])
+    assert args.head_dim == [64, 128, 256] and args.table_pairs
+    assert not autotune.parse_args([]).table_pairs
+
+
+def test_backward_search_times_a_pair_s_candidates_at_that_pair(monkeypatch):
+    """The search's wiring, with the timing stubbed: each candidate is the launch the
+    backward takes at the pair, "dkdv_dq" running for every call; the fastest is kept."""
+    from cutile_fmha.steps.backward import adds_dq_atomically, launches_for
+    from cutile_fmha.steps.variants import NO_VARIANTS
+
+    fastest = {"dkdv_dq": (TileShape(64, 128), 4), "dkdv": (TileShape(128, 64), None)}
+
+    def time_of(entry, causal):  # 1 ms for the launch named fastest above, else 2
+        dims = (192, 128)
+        name = "dkdv_dq" if adds_dq_atomically(entry, *dims, 1, NO_VARIANTS, causal=causal,
+                                               varlen=False) else "dkdv"
+        launch = launches_for(entry, *dims)[name]
+        return 1.0 if (launch.tiles, launch.num_worker_warps) == fastest[name] else 2.0
+
+    monkeypatch.setattr(autotune, "_backward_workloads", lambda args, head_dims: [
+        lambda entry, causal=causal: lambda: time_of(entry, causal) for causal in (True, False)])
+    monkeypatch.setattr(autotune.measure, "time_ms", lambda run, iterations: run())
+    args = autotune.parse_args(["--backward", "--head-dim", "192/128", "--backward-kernels",
+                                "dkdv_dq", "dkdv"])
+    best, rows = autotune.search_backward(args, "sm_90", save=lambda best, rows: None)
+    assert {key: (launch.tiles, launch.num_worker_warps) for key, launch in best.items()} == {
+        ((192, 128), kernel): launch for kernel, launch in fastest.items()}
+    assert {row["head_dim"] for row in rows} == {"192/128"}
+    assert rows[0]["kernel"] == "dkdv + dq"  # the table's two kernels, timed beside
 
 
 def test_autotune_tunes_the_tuned_steps():
