@@ -501,6 +501,7 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
     points = args.head_dim + (list(entry.exact_launches) if args.table_pairs else [])
     for head_dims in points:
         name = describe_head_dims(head_dims)
+        label = name if isinstance(head_dims, tuple) else head_dims  # the table's D column
         workloads = _backward_workloads(args, head_dims)
         has_dkdv_dq = "dkdv_dq" in launches_for(alone, *(
             head_dims if isinstance(head_dims, tuple) else (head_dims,) * 2))
@@ -515,7 +516,7 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
             return [measure.time_ms(workload(entry), args.iterations) for workload in workloads]
 
         def row_of(kernel, tiles, warps, causal_ms, non_causal_ms, **more):
-            return {"head_dim": name, "kernel": kernel, "tiles": tiles,
+            return {"head_dim": label, "kernel": kernel, "tiles": tiles,
                     "num_worker_warps": warps, "causal_ms": causal_ms,
                     "non_causal_ms": non_causal_ms,
                     "geomean_ms": math.sqrt(causal_ms * non_causal_ms), **more}
@@ -525,7 +526,7 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
         point_rows = [row_of("dkdv + dq", "the table's", None, *two)]
         for kernel, launch in tqdm(backward_candidates(searched), desc=f"backward D={name}",
                                    unit="launch"):
-            row = {"head_dim": name, "kernel": kernel, "tiles": describe_tiles(launch.tiles),
+            row = {"head_dim": label, "kernel": kernel, "tiles": describe_tiles(launch.tiles),
                    "num_worker_warps": launch.num_worker_warps}
             try:
                 causal_ms, non_causal_ms = times(kernel, launch)
