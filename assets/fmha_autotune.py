@@ -67,7 +67,8 @@ from cutile_fmha.platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, Til
                                    TunedLaunch, arch_of_capability, entry_for)
 from cutile_fmha.platforms.backward import (KERNELS, SEARCHED, BackwardLaunch,
                                             backward_entry_for, backward_record,
-                                            describe_head_dims, is_exact_pair, with_launches)
+                                            describe_head_dims, head_dim_pair, is_exact_pair,
+                                            with_launches)
 from cutile_fmha.platforms.entry import PADDED_HEAD_DIM_MULTIPLE, launch_head_dim
 from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (FP8_SEARCH_SPACE, LARGE_HEAD_DIM_SEARCH_SPACE,
@@ -458,7 +459,7 @@ def backward_candidates(kernels=SEARCHED) -> list[tuple[str, BackwardLaunch]]:
 def _backward_workloads(args, head_dims) -> list:
     """Causal and not: f(entry) -> a function that runs the whole backward once, at a head
     dim or an exact pair (D_qk, D_v), with --heads or the default of its launch head dim."""
-    q_head_dim, v_head_dim = head_dims if isinstance(head_dims, tuple) else (head_dims,) * 2
+    q_head_dim, v_head_dim = head_dim_pair(head_dims)
     workloads = []
     for causal in (True, False):
         shape = measure.Shape(args.batch, measure.heads_for(launch_head_dim(
@@ -503,8 +504,7 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
         name = describe_head_dims(head_dims)
         label = name if isinstance(head_dims, tuple) else head_dims  # the table's D column
         workloads = _backward_workloads(args, head_dims)
-        has_dkdv_dq = "dkdv_dq" in launches_for(alone, *(
-            head_dims if isinstance(head_dims, tuple) else (head_dims,) * 2))
+        has_dkdv_dq = "dkdv_dq" in launches_for(alone, *head_dim_pair(head_dims))
         searched = [kernel for kernel in args.backward_kernels
                     if kernel in KERNELS or has_dkdv_dq]
         if searched != list(args.backward_kernels):

@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass, field, replace
 
 from .entry import HEAD_DIMS, TileShape, launch_head_dim
-from .tuned import load_launches, tuned_path
+from .tuned import launch_order, load_launches, tuned_path
 
 KERNELS = ("dkdv", "dq")  # the two kernels
 SEARCHED = KERNELS + ("dkdv_dq",)  # the launches the autotuner searches
@@ -155,6 +155,11 @@ def _backward_launch(record: dict, where: str) -> tuple[tuple, BackwardLaunch]:
         TileShape(record["tile_m"], record["tile_n"]), record["num_worker_warps"])
 
 
+def head_dim_pair(head_dims) -> tuple[int, int]:
+    """(D_qk, D_v) of a head dim or of an exact head-dim pair."""
+    return head_dims if isinstance(head_dims, tuple) else (head_dims, head_dims)
+
+
 def describe_head_dims(head_dims) -> str:
     """"128", or for an exact head-dim pair "192/128"."""
     return "{}/{}".format(*head_dims) if isinstance(head_dims, tuple) else str(head_dims)
@@ -201,6 +206,6 @@ def backward_entry_for(arch: str) -> BackwardEntry:
         return entry
     launches, note = load_launches(arch, path, _backward_launch)
     searched = ", ".join(f"D={describe_head_dims(d)} {kernel}"
-                         for d, kernel in sorted(launches, key=str))
+                         for d, kernel in sorted(launches, key=launch_order))
     return with_launches(entry, launches, f"{searched}: {note}; the others: "
                                           f"{entry.provenance}")

@@ -118,7 +118,7 @@ def load_tuned(arch: str) -> dict:
         "tuned_note": "; ".join(note for _, note in found)}
 
 
-def _in_order(key) -> tuple:
+def launch_order(key) -> tuple:
     """Where a launch's key (a head dim, or a tuple of it and more) sorts: by head dim, an
     exact head-dim pair (D_qk, D_v) in its place after the head dims."""
     head_dims, *rest = key if isinstance(key, tuple) else (key,)
@@ -132,7 +132,7 @@ def write_tuned(arch: str, context: dict, launches: dict, search: list[dict],
     path.parent.mkdir(parents=True, exist_ok=True)
     records = [record(key, launch) if record else decode_record(key, launch)
                if isinstance(launch, DecodeLaunch) else launch_record(*key, launch)
-               for key, launch in sorted(launches.items(), key=lambda item: _in_order(item[0]))]
+               for key, launch in sorted(launches.items(), key=lambda item: launch_order(item[0]))]
     data = {"arch": arch, "measured": {key: context[key] for key in CONTEXT_KEYS},
             "launches": records, "search": search}
     path.write_text(json.dumps(data, indent=1) + "\n")
