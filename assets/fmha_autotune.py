@@ -12,6 +12,8 @@ SDPA's cuDNN backend in the same run. Each step is searched on its own: the best
 of one step can be a poor one for another. The fastest few are timed twice more and the
 best median wins. It writes platforms/tuned/<arch>.json, the fastest step and launch per
 point, which the launcher and the drop-in use from then on, and prints the search's table.
+The file's launches this search does not measure again (other head dims, other backward
+kernels) stay in it with the run that measured them.
 
 Head dims past 256 are searched on their own (all of --head-dim past 256, or none): steps
 10 and 11 over their own candidates (platforms/search_space.py: tiles, head-dim chunk and
@@ -49,6 +51,7 @@ are the table's launches for exact head-dim pairs). --backward-kernels narrows t
 
 import argparse
 import dataclasses
+import json
 import math
 import multiprocessing
 import re
@@ -73,7 +76,7 @@ from cutile_fmha.platforms.entry import PADDED_HEAD_DIM_MULTIPLE, launch_head_di
 from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (FP8_SEARCH_SPACE, LARGE_HEAD_DIM_SEARCH_SPACE,
                                                 MAX_STACK_BYTES, search_space_for)
-from cutile_fmha.platforms.tuned import tuned_path, write_tuned
+from cutile_fmha.platforms.tuned import runs_in, tuned_path, write_tuned
 from cutile_fmha.steps import STEPS, plan_launch, steps_for
 from cutile_fmha.steps.backward import attention_backward, launches_for
 from cutile_fmha.steps.compile import compile_fp8, compile_step, compile_varlen, resource_usage
@@ -595,9 +598,11 @@ def main(argv=None) -> int:
     def table(rows):
         return [{key: value for key, value in row.items() if key != "launch"} for row in rows]
 
+    earlier = runs_in(path, arch)  # what this search does not measure again stays
+
     def save(best, rows):
         write_tuned(arch, context, best, table(rows), path=path,
-                    record=backward_record if args.backward else None)
+                    record=backward_record if args.backward else None, earlier=earlier)
 
     if args.decode:
         best, rows = search_decode(args, save)
@@ -613,7 +618,10 @@ def main(argv=None) -> int:
     if args.markdown:
         measure.write_markdown(args.markdown, f"cuTile FMHA autotune, {arch}", context,
                                search_table, columns)
-    print(f"Wrote {path}" + ("" if args.output else " (the launcher reads it from now on)"))
+    kept = json.loads(path.read_text()).get("earlier", []) if path.exists() else []
+    print(f"Wrote {path}" + ("" if args.output else " (the launcher reads it from now on)") +
+          "".join(f"; kept {len(run['launches'])} launches of the run of {run['measured']['date']}"
+                  for run in kept))
     return 0
 
 

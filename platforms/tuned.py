@@ -8,7 +8,9 @@ GPU of that architecture:
 where and with what it measured, the fastest launch per head dim and causal or not (the
 step, its tiles and compiler hints), and the whole search table. The platform table reads
 them, so the launcher runs the tuned steps at those tiles and hints and the drop-in runs
-the fastest step.
+the fastest step. A search of some of a file's launches (``--head-dim 64``, or one backward
+kernel) replaces those and keeps the others under "earlier", each with the run that
+measured it.
 """
 
 import dataclasses
@@ -22,6 +24,8 @@ CONTEXT_KEYS = ("gpu", "date", "cuda_tile", "tileiras", "torch", "shape")
 LAUNCH_KEYS = ("head_dim", "causal", "step", "tile_m", "tile_n", "occupancy",
                "num_worker_warps", "num_ctas")
 TILED_HEAD_DIM_KEYS = ("tile_k", "tile_v")  # steps 10-11's launches also have these
+# What a record of any of the files is the launch of; the rest of it is the launch.
+IDENTITY_KEYS = ("head_dim", "value_head_dim", "causal", "kernel")
 DECODE_KEYS = ("head_dim",) + tuple(field.name for field in dataclasses.fields(DecodeLaunch))
 # What a decode record must hold; the others, which the autotuner does not search (a record
 # written before they existed lacks them), take the launch's defaults.
@@ -80,18 +84,54 @@ def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
     return (record["head_dim"], record["causal"]), launch
 
 
-def load_launches(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
-    """(launches, note) of one file, each launch record read by `parse`: (where, record)
-    -> (key, launch)."""
-    data = json.loads(path.read_text())
-    where = f"platforms/tuned/{path.name}"
-    if data.get("arch") != arch or set(CONTEXT_KEYS) - set(data.get("measured", {})):
-        raise ValueError(f"{where}: must name arch {arch!r} and hold measured {CONTEXT_KEYS}")
-    context = data["measured"]
-    note = (f"{context['gpu']}, {context['date']}, cuda-tile {context['cuda_tile']}, tileiras "
+def record_key(record: dict) -> tuple:
+    """What a launch record is the launch of: its head dims, causal or not and kernel."""
+    return tuple(record.get(key) for key in IDENTITY_KEYS)
+
+
+def _describe_context(context: dict) -> str:
+    return (f"{context['gpu']}, {context['date']}, cuda-tile {context['cuda_tile']}, tileiras "
             f"{context['tileiras']}, torch {context['torch']}, {context['shape']} "
             f"(assets/fmha_autotune.py)")
-    return dict(parse(record, where) for record in data["launches"]), note
+
+
+def _describe_head_dims(records: list[dict]) -> str:
+    dims = sorted({(r["head_dim"], r.get("value_head_dim") or r["head_dim"]) for r in records},
+                  key=lambda d: (d[0] != d[1], d))
+    return "D=" + ", ".join(str(q) if q == v else f"{q}/{v}" for q, v in dims)
+
+
+def load_launches(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
+    """(launches, note) of one file, each launch record read by `parse`: (where, record)
+    -> (key, launch); the launches of earlier runs the file keeps included, and named in
+    the note with their run."""
+    data = json.loads(path.read_text())
+    where = f"platforms/tuned/{path.name}"
+    runs = [data] + data.get("earlier", [])
+    if data.get("arch") != arch or any(set(CONTEXT_KEYS) - set(run.get("measured", {}))
+                                       for run in runs):
+        raise ValueError(f"{where}: must name arch {arch!r} and hold measured {CONTEXT_KEYS} "
+                         f"(also each earlier run's)")
+    launches = dict(parse(record, where) for run in reversed(runs)  # the newest last: it wins
+                    for record in run["launches"])
+    notes = [_describe_context(data["measured"])] + [
+        f"{_describe_head_dims(run['launches'])} from an earlier run: "
+        f"{_describe_context(run['measured'])}" for run in runs[1:]]
+    return launches, "; ".join(notes)
+
+
+def runs_in(path: Path, arch: str) -> list[dict]:
+    """The autotuner's runs whose launches `path` holds, newest first: its own
+    ("measured", "launches", "search") and its earlier ones; none where there is no file or
+    it is another architecture's. Read before a search, for write_tuned's `earlier`."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    if data.get("arch") != arch:
+        return []
+    own = {"measured": data.get("measured", {}), "launches": data.get("launches", []),
+           "search": data.get("search", [])}
+    return [own] + data.get("earlier", [])
 
 
 def load_tuned(arch: str) -> dict:
@@ -126,14 +166,22 @@ def launch_order(key) -> tuple:
 
 
 def write_tuned(arch: str, context: dict, launches: dict, search: list[dict],
-                path: Path, record=None) -> Path:
+                path: Path, record=None, earlier: list[dict] = ()) -> Path:
     """Writes the autotuner's result for `arch` to `path`: launches by (head dim, causal),
-    or decode launches by head dim, or others with `record(key, launch)` -> its JSON."""
+    or decode launches by head dim, or others with `record(key, launch)` -> its JSON; with
+    the launches of `earlier` runs (runs_in, newest first) that none newer has, under
+    "earlier"."""
     path.parent.mkdir(parents=True, exist_ok=True)
     records = [record(key, launch) if record else decode_record(key, launch)
                if isinstance(launch, DecodeLaunch) else launch_record(*key, launch)
                for key, launch in sorted(launches.items(), key=lambda item: launch_order(item[0]))]
+    covered, kept = {record_key(r) for r in records}, []
+    for run in earlier:
+        left = [r for r in run["launches"] if record_key(r) not in covered]
+        covered |= {record_key(r) for r in left}
+        if left:
+            kept.append(run | {"launches": left})
     data = {"arch": arch, "measured": {key: context[key] for key in CONTEXT_KEYS},
-            "launches": records, "search": search}
+            "launches": records, "search": search} | ({"earlier": kept} if kept else {})
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path

@@ -245,6 +245,65 @@ def test_tuned_exact_head_dim_pairs_take_their_own_launches(tmp_path, monkeypatc
         backward_entry_for.cache_clear()
 
 
+def test_a_partial_search_keeps_the_launches_it_did_not_measure(tmp_path, monkeypatch):
+    from cutile_fmha.platforms import backward
+
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    path = tuned.tuned_path("sm_90")
+    first = {(d, c): TunedLaunch(9, TileShape(128, 128), 1, 8) for d in (64, 128, 256)
+             for c in (True, False)}
+    tuned.write_tuned("sm_90", CONTEXT, first, [{"run": 1}], path,
+                      earlier=tuned.runs_in(path, "sm_90"))
+    assert "earlier" not in json.loads(path.read_text())
+    # a search of D=64 only: D=128 and 256 stay, with the run that measured them
+    second = {(64, c): TunedLaunch(8, TileShape(128, 64), 2, 8) for c in (True, False)}
+    later = CONTEXT | {"date": "2026-11-26", "tileiras": "13.4"}
+    tuned.write_tuned("sm_90", later, second, [{"run": 2}], path,
+                      earlier=tuned.runs_in(path, "sm_90"))
+    loaded = tuned.load_tuned("sm_90")
+    assert loaded["tuned"] == first | second
+    assert loaded["tuned_note"].startswith("NVIDIA H100 80GB HBM3, 2026-11-26, cuda-tile 1.7.0, "
+                                           "tileiras 13.4")
+    assert "; D=128, 256 from an earlier run: NVIDIA H100 80GB HBM3, 2026-11-22" in \
+        loaded["tuned_note"]
+    data = json.loads(path.read_text())
+    assert data["search"] == [{"run": 2}] and [run["search"] for run in data["earlier"]] == [
+        [{"run": 1}]]
+    # then D=128: the first run keeps D=256 only, the second its D=64, newest first
+    tuned.write_tuned("sm_90", later | {"date": "2026-11-27"},
+                      {(128, c): first[(128, c)] for c in (True, False)}, [], path,
+                      earlier=tuned.runs_in(path, "sm_90"))
+    data = json.loads(path.read_text())
+    assert [({r["head_dim"] for r in run["launches"]}, run["measured"]["date"])
+            for run in data["earlier"]] == [({64}, "2026-11-26"), ({256}, "2026-11-22")]
+    assert tuned.load_tuned("sm_90")["tuned"] == first | second
+    # another architecture's file is not merged; a search of the whole file leaves no earlier
+    assert tuned.runs_in(path, "sm_100") == []
+    tuned.write_tuned("sm_90", CONTEXT, first, [], path, earlier=tuned.runs_in(path, "sm_90"))
+    assert "earlier" not in json.loads(path.read_text())
+    # the backward's: a search of "dkdv_dq" keeps D=128's "dkdv" and "dq"
+    backward_entry_for.cache_clear()
+    path = tuned.tuned_path("sm_90", backward=True)
+    two = {(128, kernel): backward.BackwardLaunch(TileShape(64, 64), 8) for kernel in ("dkdv", "dq")}
+    tuned.write_tuned("sm_90", CONTEXT, two, [], path, record=backward.backward_record)
+    one = {(128, "dkdv_dq"): backward.BackwardLaunch(TileShape(64, 64), 4)}
+    tuned.write_tuned("sm_90", later, one, [], path, record=backward.backward_record,
+                      earlier=tuned.runs_in(path, "sm_90"))
+    entry = backward_entry_for("sm_90")
+    assert entry.launches[128]["dkdv"] == two[(128, "dkdv")] and entry.launches[128]["dq"] == \
+        two[(128, "dq")] and entry.launches[128]["dkdv_dq"].tiles == TileShape(64, 64)
+    assert "D=128 from an earlier run" in entry.provenance
+    backward_entry_for.cache_clear()
+    # an earlier run without its context names the file
+    data = json.loads(path.read_text())
+    del data["earlier"][0]["measured"]["gpu"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"sm_90-backward.json: must name arch 'sm_90' and hold "
+                                         r"measured .* \(also each earlier run's\)"):
+        backward_entry_for("sm_90")
+    backward_entry_for.cache_clear()
+
+
 def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
     (tmp_path / "sm_90.json").write_text(json.dumps(

@@ -12,7 +12,7 @@ from cutile_fmha.assets import fmha_backward_benchmark as backward
 from cutile_fmha.assets import fmha_fp8_benchmark as fp8
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
-from cutile_fmha.platforms import TileShape
+from cutile_fmha.platforms import TileShape, TunedLaunch
 from cutile_fmha.platforms.backward import backward_entry_for
 from cutile_fmha.assets import fmha_varlen_benchmark as varlen
 from cutile_fmha.assets import measure
@@ -251,6 +251,38 @@ def test_backward_search_times_a_pair_s_candidates_at_that_pair(monkeypatch):
             if key[0] == (192, 128)} == {
         ((192, 128), kernel): launch for kernel, launch in fastest.items()}
     assert [row["head_dim"] for row in rows if row["kernel"] == "dkdv + dq"] == [64, "192/128"]
+
+
+def test_autotune_keeps_the_launches_its_search_does_not_cover(tmp_path, monkeypatch, capsys):
+    """main's wiring, the search stubbed: the file's launches of other head dims stay, with
+    the run that measured them, through every save of the search."""
+    import json
+
+    from cutile_fmha.platforms import tuned
+
+    context = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-22", "cuda_tile": "1.7.0",
+               "tileiras": "13.5", "torch": "2.11.0+cu130", "shape": "B=4 N=8192 float16"}
+    path = tmp_path / "sm_90.json"
+    earlier = {(128, c): TunedLaunch(9, TileShape(128, 128), 1, 8) for c in (True, False)}
+    tuned.write_tuned("sm_90", context, earlier, [], path)
+    found = {(64, c): TunedLaunch(8, TileShape(128, 64), 2, 8) for c in (True, False)}
+
+    def search(args, arch, save):
+        keys = list(found)
+        for done in range(1, len(keys) + 1):  # saved after each point, as the search does
+            save({key: found[key] for key in keys[:done]}, [])
+        return found, []
+
+    monkeypatch.setattr(autotune, "search", search)
+    monkeypatch.setattr(autotune.measure, "gpu_problem", lambda subject: None)
+    monkeypatch.setattr(autotune.torch.cuda, "get_device_capability", lambda: (9, 0))
+    monkeypatch.setattr(autotune.measure, "run_context", lambda: context | {"date": "2026-11-26"})
+    assert autotune.main(["--head-dim", "64", "--output", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert [(r["head_dim"], r["causal"]) for r in data["launches"]] == [(64, False), (64, True)]
+    assert [[(r["head_dim"], r["causal"]) for r in run["launches"]] for run in data["earlier"]] \
+        == [[(128, False), (128, True)]] and data["earlier"][0]["measured"] == context
+    assert "kept 2 launches of the run of 2026-11-22" in capsys.readouterr().out
 
 
 def test_autotune_tunes_the_tuned_steps():
