@@ -114,10 +114,11 @@ def load_launches(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
                          f"(also each earlier run's)")
     launches = dict(parse(record, where) for run in reversed(runs)  # the newest last: it wins
                     for record in run["launches"])
-    notes = [_describe_context(data["measured"])] + [
-        f"{_describe_head_dims(run['launches'])} from an earlier run: "
-        f"{_describe_context(run['measured'])}" for run in runs[1:]]
-    return launches, "; ".join(notes)
+    if len(runs) == 1:
+        return launches, _describe_context(data["measured"])
+    return launches, "; ".join(
+        f"{_describe_head_dims(run['launches'])}{' from an earlier run' if run is not data else ''}"
+        f": {_describe_context(run['measured'])}" for run in runs)
 
 
 def runs_in(path: Path, arch: str) -> list[dict]:
@@ -149,8 +150,7 @@ def load_tuned(arch: str) -> dict:
         launches, note = load_launches(arch, decode, _decode_launch)
         guessed = sorted(set(DECODE_GUESS) - set(launches))
         fields |= {"decode": DECODE_GUESS | launches,
-                   "decode_note": f"D {sorted(launches)}: {note}" + (
-                       f"; D {guessed}: DECODE_GUESS" if guessed else "")}
+                   "decode_note": note + (f"; D {guessed}: DECODE_GUESS" if guessed else "")}
     if not found:
         return fields
     return fields | {

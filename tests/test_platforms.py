@@ -262,8 +262,8 @@ def test_a_partial_search_keeps_the_launches_it_did_not_measure(tmp_path, monkey
                       earlier=tuned.runs_in(path, "sm_90"))
     loaded = tuned.load_tuned("sm_90")
     assert loaded["tuned"] == first | second
-    assert loaded["tuned_note"].startswith("NVIDIA H100 80GB HBM3, 2026-11-26, cuda-tile 1.7.0, "
-                                           "tileiras 13.4")
+    assert loaded["tuned_note"].startswith("D=64: NVIDIA H100 80GB HBM3, 2026-11-26, cuda-tile "
+                                           "1.7.0, tileiras 13.4")
     assert "; D=128, 256 from an earlier run: NVIDIA H100 80GB HBM3, 2026-11-22" in \
         loaded["tuned_note"]
     data = json.loads(path.read_text())
