@@ -101,13 +101,21 @@ def _describe_head_dims(records: list[dict]) -> str:
     return "D=" + ", ".join(str(q) if q == v else f"{q}/{v}" for q, v in dims)
 
 
+def _runs(data: dict) -> list[dict]:
+    """A file's runs, newest first: its own ("measured", "launches", "search") and the
+    earlier ones it keeps."""
+    own = {key: data.get(key, {} if key == "measured" else []) for key in
+           ("measured", "launches", "search")}
+    return [own] + data.get("earlier", [])
+
+
 def load_launches(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
     """(launches, note) of one file, each launch record read by `parse`: (where, record)
     -> (key, launch); the launches of earlier runs the file keeps included, and named in
     the note with their run."""
     data = json.loads(path.read_text())
     where = f"platforms/tuned/{path.name}"
-    runs = [data] + data.get("earlier", [])
+    runs = _runs(data)
     if data.get("arch") != arch or any(set(CONTEXT_KEYS) - set(run.get("measured", {}))
                                        for run in runs):
         raise ValueError(f"{where}: must name arch {arch!r} and hold measured {CONTEXT_KEYS} "
@@ -117,8 +125,8 @@ def load_launches(arch: str, path: Path, parse=_launch) -> tuple[dict, str]:
     if len(runs) == 1:
         return launches, _describe_context(data["measured"])
     return launches, "; ".join(
-        f"{_describe_head_dims(run['launches'])}{' from an earlier run' if run is not data else ''}"
-        f": {_describe_context(run['measured'])}" for run in runs)
+        f"{_describe_head_dims(run['launches'])}{' from an earlier run' if newer else ''}: "
+        f"{_describe_context(run['measured'])}" for newer, run in enumerate(runs))
 
 
 def runs_in(path: Path, arch: str) -> list[dict]:
@@ -128,11 +136,7 @@ def runs_in(path: Path, arch: str) -> list[dict]:
     if not path.exists():
         return []
     data = json.loads(path.read_text())
-    if data.get("arch") != arch:
-        return []
-    own = {"measured": data.get("measured", {}), "launches": data.get("launches", []),
-           "search": data.get("search", [])}
-    return [own] + data.get("earlier", [])
+    return _runs(data) if data.get("arch") == arch else []
 
 
 def load_tuned(arch: str) -> dict:
