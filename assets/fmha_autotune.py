@@ -43,7 +43,8 @@ kernel adding dQ itself, run alone: tile shape and worker warps. Each of the two
 candidates is timed in the whole backward with the other kernel at this GPU's launch,
 "dkdv_dq"'s in a backward of that kernel alone, causal and not, at --batch x --seq-len;
 the smallest geometric mean of the two wins, its nearest rivals timed twice more, and the
-two kernels at their launches are timed beside. It writes
+two kernels at their launches are timed beside; the candidates are compiled first, in
+parallel, as the forward's are. It writes
 platforms/tuned/<arch>-backward.json, which the backward launcher reads: "dkdv_dq"'s tiles
 and warps there replace the table's, whose rule of the calls it runs for is kept (and so
 are the table's launches for exact head-dim pairs). --backward-kernels narrows the search.
@@ -51,6 +52,7 @@ are the table's launches for exact head-dim pairs). --backward-kernels narrows t
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import multiprocessing
@@ -228,11 +230,30 @@ def _workload(kernel: str, shape) -> Workload:
     return _fp8_workload(shape) if kernel == "fp8" else _dense_workload(shape)
 
 
+def point_workload(settings: dict, head_dim: int, causal: bool) -> tuple:
+    """(shape, workload) of one search point: the shape the baseline runs and whose FLOPs
+    count, and the workload its candidates run. `settings`: the search's batch, heads,
+    seq_len, dtype, kernel and the variable-length forward's lengths."""
+    heads = measure.heads_for(head_dim, settings["heads"])
+    shape = measure.Shape(settings["batch"], heads, settings["seq_len"], settings["seq_len"],
+                          head_dim, causal, settings["dtype"])
+    if settings["kernel"] != "varlen":
+        return shape, _workload(settings["kernel"], shape)
+    lengths = settings["lengths"]
+    # the baseline's shape: as many sequences of one length, with the same FLOPs
+    same_work = round(math.sqrt(sum(n * n for n in lengths) / len(lengths)))
+    shape = dataclasses.replace(shape, batch=len(lengths), q_len=same_work, k_len=same_work)
+    return shape, _varlen_workload(lengths, heads, head_dim, causal, settings["dtype"])
+
+
 def check_candidate(job) -> tuple[str | None, int | None]:
-    """Compiles one candidate (the launch's JIT and the compile-only cubin): (why it is
-    skipped or None, its stack frame in bytes or None without cuobjdump). Runs in a worker
-    process, so the compiles run side by side."""
-    arch, head_dim, causal, launch, dtype, kernel = job
+    """Compiles one candidate (the launch's JIT, by running it once on its point's workload,
+    and the compile-only cubin): (why it is skipped or None, its stack frame in bytes or
+    None without cuobjdump). Runs in a worker process, so the compiles run side by side;
+    the JIT's kernels land in the kernel cache, where the timing finds them (on a smaller
+    problem than the point's, it compiled kernels the point's did not find there)."""
+    arch, head_dim, causal, launch, settings = job
+    dtype, kernel = settings["dtype"], settings["kernel"]
     entry = _entry_with(arch, head_dim, causal, launch, kernel)
     stack_bytes = None
     try:
@@ -244,9 +265,7 @@ def check_candidate(job) -> tuple[str | None, int | None]:
             stack_bytes = int(re.search(r"STACK:(\d+)", resource_usage(cubin))[1])
             if stack_bytes > MAX_STACK_BYTES:
                 return f"spills (stack frame {stack_bytes} bytes)", stack_bytes
-        workload = _varlen_workload([100, 156], 2, head_dim, causal, dtype) \
-            if kernel == "varlen" else \
-            _workload(kernel, measure.Shape(1, 2, 256, 256, head_dim, causal, dtype))
+        _, workload = point_workload(settings, head_dim, causal)
         workload.run(entry, launch)()
         torch.cuda.synchronize()
     except Exception as error:  # a candidate the compiler refuses is a result, not a crash
@@ -301,9 +320,11 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     """(fastest launch per (head dim, causal), the search's rows); `save(best, rows)` after
     each point, so that an interrupted search keeps what it measured."""
     points = [(d, c) for d in args.head_dim for c in (True, False)]
-    jobs = [(arch, d, c, launch, args.dtype, args.kernel) for d, c in points
+    settings = {key: getattr(args, key) for key in ("batch", "heads", "seq_len", "dtype",
+                                                    "kernel")}
+    settings["lengths"] = sequence_lengths(args.batch * args.seq_len, 256, args.seq_len, seed=0)
+    jobs = [(arch, d, c, launch, settings) for d, c in points
             for launch in candidates(arch, d, args.kernel)]
-    lengths = sequence_lengths(args.batch * args.seq_len, 256, args.seq_len, seed=0)
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.workers) as pool:
         checked = list(tqdm(pool.imap(check_candidate, jobs), total=len(jobs),
@@ -312,16 +333,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     timed = tqdm(total=len(jobs) + len(points) * (1 + FINALISTS * CONFIRM_ROUNDS),
                  desc="time", unit="run")
     for head_dim, causal in points:
-        heads = measure.heads_for(head_dim, args.heads)
-        shape = measure.Shape(args.batch, heads, args.seq_len, args.seq_len, head_dim, causal,
-                              args.dtype)
-        if args.varlen:  # the baseline's shape: as many sequences of one length, same FLOPs
-            same_work = round(math.sqrt(sum(n * n for n in lengths) / len(lengths)))
-            shape = dataclasses.replace(shape, batch=len(lengths), q_len=same_work,
-                                        k_len=same_work)
-            workload = _varlen_workload(lengths, heads, head_dim, causal, args.dtype)
-        else:
-            workload = _workload(args.kernel, shape)
+        shape, workload = point_workload(settings, head_dim, causal)
         q, k, v = measure.make_inputs(shape)
         # The baseline: cuDNN, or past D=256 the one SDPA backend that runs it.
         backend = "efficient" if args.large_head_dims else "cudnn"
@@ -329,7 +341,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
             lambda: measure.sdpa(q, k, v, causal=causal, backend=backend), args.iterations))
         timed.update()
         point_rows = []
-        for (_, d, c, launch, _, _), (reason, stack_bytes) in zip(jobs, checked):
+        for (_, d, c, launch, _), (reason, stack_bytes) in zip(jobs, checked):
             if (d, c) != (head_dim, causal):
                 continue
             tflops = None if reason else _time_launch(arch, head_dim, causal, workload, launch,
@@ -478,10 +490,10 @@ def _backward_workloads(args, head_dims) -> list:
     return workloads
 
 
-def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
-    """(fastest launch per (head dim or exact pair, kernel), the search's rows); `save(best,
-    rows)` after each head dim."""
-    rows, best = [], {}
+@functools.cache
+def backward_search_entries(arch: str) -> tuple:
+    """(the two kernels, never "dkdv_dq"; "dkdv_dq" alone, for every call): this GPU's
+    backward launches over which each kernel's candidates are timed."""
     entry = backward_entry_for(arch)
 
     def without_dkdv_dq(launches):
@@ -491,31 +503,77 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
         return {kernel: dataclasses.replace(launch, only_with=None)
                 for kernel, launch in launches.items() if kernel == "dkdv_dq"}
 
-    # The two kernels, never "dkdv_dq" ...
-    base = dataclasses.replace(entry, launches={
+    two = dataclasses.replace(entry, launches={
         head_dim: without_dkdv_dq(kernels) for head_dim, kernels in entry.launches.items()},
         exact_launches={pair: without_dkdv_dq(kernels)
                         for pair, kernels in entry.exact_launches.items()})
-    # ... or "dkdv_dq" alone: its candidates replace this launch's tiles and warps
-    alone = dataclasses.replace(base, launches={
-        head_dim: base.launches[head_dim] | for_every_call(kernels)
+    # "dkdv_dq"'s candidates replace this launch's tiles and warps
+    alone = dataclasses.replace(two, launches={
+        head_dim: two.launches[head_dim] | for_every_call(kernels)
         for head_dim, kernels in entry.launches.items()},
-        exact_launches={pair: base.exact_launches[pair] | for_every_call(kernels)
+        exact_launches={pair: two.exact_launches[pair] | for_every_call(kernels)
                         for pair, kernels in entry.exact_launches.items()})
-    points = args.head_dim + (list(entry.exact_launches) if args.table_pairs else [])
+    return two, alone
+
+
+def backward_candidate_entry(arch: str, head_dims, kernel: str, launch: BackwardLaunch):
+    """This GPU's backward launches with `launch` as `kernel`'s at `head_dims`: the two
+    kernels', or "dkdv_dq"'s running alone."""
+    two, alone = backward_search_entries(arch)
+    return with_launches(two if kernel in KERNELS else alone, {(head_dims, kernel): launch},
+                         "a candidate")
+
+
+def check_backward_candidate(job) -> str | None:
+    """Compiles one backward candidate by running it once, causal and not, on the search's
+    problem (the launch's JIT fills the kernel cache that the timing then reads; on a
+    smaller one, batch 1 and 256 rows, it compiled kernels the search's shape did not
+    find there): why it is skipped, or None. Runs in a worker process, so the compiles run
+    side by side (at D=256 one takes 10-40 s)."""
+    arch, head_dims, kernel, launch, shape = job
+    try:
+        entry = backward_candidate_entry(arch, head_dims, kernel, launch)
+        for workload in _backward_workloads(argparse.Namespace(**shape), head_dims):
+            workload(entry)()
+        torch.cuda.synchronize()
+    except Exception as error:  # a candidate the compiler refuses is a result, not a crash
+        return measure.one_line(error, 80)
+    return None
+
+
+def compile_backward_candidates(args, jobs: list) -> list:
+    """check_backward_candidate of each job, in --workers processes."""
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        return list(tqdm(pool.imap(check_backward_candidate, jobs), total=len(jobs),
+                         desc="compile candidates", unit="kernel"))
+
+
+def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
+    """(fastest launch per (head dim or exact pair, kernel), the search's rows); `save(best,
+    rows)` after each head dim."""
+    rows, best = [], {}
+    two, alone = backward_search_entries(arch)
+    points = args.head_dim + (list(backward_entry_for(arch).exact_launches)
+                              if args.table_pairs else [])
+    searched = {}  # head dims -> the kernels searched there
+    for head_dims in points:
+        has_dkdv_dq = "dkdv_dq" in launches_for(alone, *head_dim_pair(head_dims))
+        searched[head_dims] = [kernel for kernel in args.backward_kernels
+                               if kernel in KERNELS or has_dkdv_dq]
+        if searched[head_dims] != list(args.backward_kernels):
+            tqdm.write(f"D={describe_head_dims(head_dims)}: the table has no 'dkdv_dq' launch "
+                       f"to retile here")
+    shape = {key: getattr(args, key) for key in ("batch", "heads", "seq_len", "dtype")}
+    jobs = [(arch, head_dims, kernel, launch, shape) for head_dims in points
+            for kernel, launch in backward_candidates(searched[head_dims])]
+    skipped = dict(zip([job[1:4] for job in jobs], compile_backward_candidates(args, jobs)))
     for head_dims in points:
         name = describe_head_dims(head_dims)
         label = name if isinstance(head_dims, tuple) else head_dims  # the table's D column
         workloads = _backward_workloads(args, head_dims)
-        has_dkdv_dq = "dkdv_dq" in launches_for(alone, *head_dim_pair(head_dims))
-        searched = [kernel for kernel in args.backward_kernels
-                    if kernel in KERNELS or has_dkdv_dq]
-        if searched != list(args.backward_kernels):
-            tqdm.write(f"D={name}: the table has no 'dkdv_dq' launch to retile here")
 
         def times(kernel, launch):
-            over = base if kernel in KERNELS else alone
-            entry = with_launches(over, {(head_dims, kernel): launch}, "a candidate")
+            entry = backward_candidate_entry(arch, head_dims, kernel, launch)
             return [measure.time_ms(workload(entry), args.iterations) for workload in workloads]
 
         def row_of(kernel, tiles, warps, causal_ms, non_causal_ms, **more):
@@ -525,20 +583,24 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
                     "geomean_ms": math.sqrt(causal_ms * non_causal_ms), **more}
 
         # the two kernels at this GPU's launches, beside which "dkdv_dq" is read
-        two = [measure.time_ms(workload(base), args.iterations) for workload in workloads]
-        point_rows = [row_of("dkdv + dq", "the table's", None, *two)]
-        for kernel, launch in tqdm(backward_candidates(searched), desc=f"backward D={name}",
-                                   unit="launch"):
+        two_ms = [measure.time_ms(workload(two), args.iterations) for workload in workloads]
+        point_rows = [row_of("dkdv + dq", "the table's", None, *two_ms)]
+        for kernel, launch in tqdm(backward_candidates(searched[head_dims]),
+                                   desc=f"backward D={name}", unit="launch"):
             row = {"head_dim": label, "kernel": kernel, "tiles": describe_tiles(launch.tiles),
                    "num_worker_warps": launch.num_worker_warps}
-            try:
-                causal_ms, non_causal_ms = times(kernel, launch)
-            except Exception as error:  # a candidate the compiler refuses is a result
-                point_rows.append(row | {"skipped": measure.one_line(error, 80)})
+            reason = skipped[(head_dims, kernel, launch)]
+            if reason is None:
+                try:
+                    causal_ms, non_causal_ms = times(kernel, launch)
+                except Exception as error:  # a failure the compile pass did not meet
+                    reason = measure.one_line(error, 80)
+            if reason:
+                point_rows.append(row | {"skipped": reason})
                 continue
             point_rows.append(row_of(kernel, row["tiles"], launch.num_worker_warps, causal_ms,
                                      non_causal_ms, launch=launch))
-        for kernel in searched:
+        for kernel in searched[head_dims]:
             timed = [r for r in point_rows if r["kernel"] == kernel and "launch" in r]
             if not timed:
                 tqdm.write(f"D={name} {kernel}: every candidate was skipped; the table's "

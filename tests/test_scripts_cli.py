@@ -244,6 +244,9 @@ def test_backward_search_times_a_pair_s_candidates_at_that_pair(monkeypatch):
         lambda entry, causal=causal: lambda: time_of(entry, causal, head_dims)
         for causal in (True, False)])
     monkeypatch.setattr(autotune.measure, "time_ms", lambda run, iterations: run())
+    compiled = []  # the jobs handed to the parallel compile: every candidate timed after
+    monkeypatch.setattr(autotune, "compile_backward_candidates",
+                        lambda args, jobs: compiled.extend(jobs) or [None] * len(jobs))
     args = autotune.parse_args(["--backward", "--head-dim", "192/128", "64",
                                 "--backward-kernels", "dkdv_dq", "dkdv"])
     best, rows = autotune.search_backward(args, "sm_90", save=lambda best, rows: None)
@@ -251,6 +254,9 @@ def test_backward_search_times_a_pair_s_candidates_at_that_pair(monkeypatch):
             if key[0] == (192, 128)} == {
         ((192, 128), kernel): launch for kernel, launch in fastest.items()}
     assert [row["head_dim"] for row in rows if row["kernel"] == "dkdv + dq"] == [64, "192/128"]
+    assert [(dims, kernel, launch) for _, dims, kernel, launch, _ in compiled] == [
+        (dims, kernel, launch) for dims in args.head_dim
+        for kernel, launch in autotune.backward_candidates(args.backward_kernels)]
 
 
 def test_autotune_keeps_the_launches_its_search_does_not_cover(tmp_path, monkeypatch, capsys):
