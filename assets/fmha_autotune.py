@@ -246,6 +246,13 @@ def point_workload(settings: dict, head_dim: int, causal: bool) -> tuple:
     return shape, _varlen_workload(lengths, heads, head_dim, causal, settings["dtype"])
 
 
+def compile_candidates(check, jobs: list, workers: int) -> list:
+    """check(job) of each job, in `workers` processes, so the compiles run side by side."""
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        return list(tqdm(pool.imap(check, jobs), total=len(jobs), desc="compile candidates",
+                         unit="kernel"))
+
+
 def check_candidate(job) -> tuple[str | None, int | None]:
     """Compiles one candidate (the launch's JIT, by running it once on its point's workload,
     and the compile-only cubin): (why it is skipped or None, its stack frame in bytes or
@@ -325,10 +332,7 @@ def search(args, arch: str, save) -> tuple[dict, list[dict]]:
     settings["lengths"] = sequence_lengths(args.batch * args.seq_len, 256, args.seq_len, seed=0)
     jobs = [(arch, d, c, launch, settings) for d, c in points
             for launch in candidates(arch, d, args.kernel)]
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(args.workers) as pool:
-        checked = list(tqdm(pool.imap(check_candidate, jobs), total=len(jobs),
-                            desc="compile candidates", unit="kernel"))
+    checked = compile_candidates(check_candidate, jobs, args.workers)
     rows, best = [], {}
     timed = tqdm(total=len(jobs) + len(points) * (1 + FINALISTS * CONFIRM_ROUNDS),
                  desc="time", unit="run")
@@ -541,13 +545,6 @@ def check_backward_candidate(job) -> str | None:
     return None
 
 
-def compile_backward_candidates(args, jobs: list) -> list:
-    """check_backward_candidate of each job, in --workers processes."""
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        return list(tqdm(pool.imap(check_backward_candidate, jobs), total=len(jobs),
-                         desc="compile candidates", unit="kernel"))
-
-
 def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
     """(fastest launch per (head dim or exact pair, kernel), the search's rows); `save(best,
     rows)` after each head dim."""
@@ -566,7 +563,8 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
     shape = {key: getattr(args, key) for key in ("batch", "heads", "seq_len", "dtype")}
     jobs = [(arch, head_dims, kernel, launch, shape) for head_dims in points
             for kernel, launch in backward_candidates(searched[head_dims])]
-    skipped = dict(zip([job[1:4] for job in jobs], compile_backward_candidates(args, jobs)))
+    skipped = dict(zip([job[1:4] for job in jobs],
+                       compile_candidates(check_backward_candidate, jobs, args.workers)))
     for head_dims in points:
         name = describe_head_dims(head_dims)
         label = name if isinstance(head_dims, tuple) else head_dims  # the table's D column

@@ -245,8 +245,8 @@ def test_backward_search_times_a_pair_s_candidates_at_that_pair(monkeypatch):
         for causal in (True, False)])
     monkeypatch.setattr(autotune.measure, "time_ms", lambda run, iterations: run())
     compiled = []  # the jobs handed to the parallel compile: every candidate timed after
-    monkeypatch.setattr(autotune, "compile_backward_candidates",
-                        lambda args, jobs: compiled.extend(jobs) or [None] * len(jobs))
+    monkeypatch.setattr(autotune, "compile_candidates",
+                        lambda check, jobs, workers: compiled.extend(jobs) or [None] * len(jobs))
     args = autotune.parse_args(["--backward", "--head-dim", "192/128", "64",
                                 "--backward-kernels", "dkdv_dq", "dkdv"])
     best, rows = autotune.search_backward(args, "sm_90", save=lambda best, rows: None)
