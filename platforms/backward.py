@@ -38,6 +38,12 @@ class BackwardLaunch:
     # The two kernels pad 144-192 (tileiras 13.5 waits after every HGMMA of their split
     # dK/dV); "dkdv_dq" at D=256 splits 192, where it pays, and pads 160, where it does not.
     split_head_dims: frozenset[int] = frozenset({48, 80, 96})
+    # "dkdv_dq" without the causal mask or a window, on a dense batch: each CTA's loop runs
+    # over every query tile, and where a K/V head has at least 4x this many query rows
+    # (q_len x its query heads) the call runs its queries in chunks of this many rows per
+    # K/V head, their dK/dV summed in float32 (steps/backward.py's query_chunk_rows).
+    # None: in one launch.
+    chunk_query_rows: int | None = None
 
 
 # What a call may have that decides whether "dkdv_dq" runs for it (BackwardLaunch.only_with).
@@ -64,7 +70,7 @@ SM_90 = BackwardEntry(
         128: {"dkdv": BackwardLaunch(TileShape(32, 128), 8),
               "dq": BackwardLaunch(TileShape(128, 64), 8),
               "dkdv_dq": BackwardLaunch(TileShape(64, 128), 8, only_with=ATOMIC_DQ_FEATURES,
-                                        up_to_query_group=2)},
+                                        up_to_query_group=2, chunk_query_rows=16384)},
         256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
               "dq": BackwardLaunch(TileShape(128, 32), 8),
               "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8, split_head_dims=frozenset({192}))},
@@ -123,7 +129,16 @@ SM_90 = BackwardEntry(
                "192/128 on 32x128 tiles (its V's 128 columns leave the registers for them; "
                "at 192/192 and 160 they spill 500 bytes): 0.88 / 0.86x the 64x64 split's "
                "time (H100, same shape; 0.88-0.94x at B=1-2, H=16, N=4096-16384), 0.86-0.89x "
-               "cuDNN's speed causal, 1.39x not. docs/performance.md.",
+               "cuDNN's speed causal, 1.39x not. dkdv_dq at D=128 without the causal mask in "
+               "chunks of 16384 query rows per K/V head from 65536 (H200, 2026-11-26, "
+               "tileiras 13.4, bf16, B=1): in one launch 443 TFLOPS at 32k x 32k queries x "
+               "keys, 414 at 64k x 64k, 374 at 128k x 128k, where Nsight Compute read the "
+               "dK/dV kernel's L2 hit rate falling from 97.7% to 32.8% and its DRAM reads "
+               "from 3.6 GB to 3.36 TB; in chunks 0.80x the one launch's time at 128k x 128k, "
+               "0.89x at 64k x 64k, 0.92x at 128k x 16k and with 32/8 heads at 32k x 32k, "
+               "level at 16k x 128k (not chunked). D=64 and 256 lost in chunks (1.02x and "
+               "1.50x at 64k x 64k) and keep one launch; D=80-112, which run D=128's launch, "
+               "were not timed. docs/performance.md.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

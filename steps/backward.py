@@ -3,8 +3,10 @@
 Three launches (kernels/backward.py): Delta = rowsum(O * dO), then dK/dV (one CTA per
 key tile of a K/V head), then dQ (one CTA per query tile); or, where the platform's
 "dkdv_dq" launch pays (platforms/backward.py), Delta and dK/dV adding dQ to a zeroed
-float32 buffer with atomics, which is then cast into dQ. The forward must have written
-the LSE (``plan_launch(..., with_lse=True)``); the backward rebuilds P from it.
+float32 buffer with atomics, which is then cast into dQ; without the causal mask and with
+many query rows, that launch runs once per chunk of queries (``query_chunk_rows``). The
+forward must have written the LSE (``plan_launch(..., with_lse=True)``); the backward
+rebuilds P from it.
 """
 
 import dataclasses
@@ -108,6 +110,21 @@ def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
     return any(has[feature] for feature in launch.only_with)
 
 
+def query_chunk_rows(launch: BackwardLaunch, q_len: int, query_group: int, causal: bool,
+                     variants: Variants, varlen: bool) -> int | None:
+    """Query rows per launch where the one-kernel backward ("dkdv_dq" at `launch`) of this
+    call runs its queries in chunks (``BackwardLaunch.chunk_query_rows`` per K/V head, over
+    its query group), else None: only without the causal mask, a window or a packed batch,
+    whose rows do not move with a chunk's start. Each dK/dV CTA's loop runs over every
+    query tile; at D=128 past about 64k rows a K/V head's CTAs stop finding the rows they
+    share (Q, dO and the float32 dQ they add to) in the L2 (docs/performance.md)."""
+    rows = launch.chunk_query_rows
+    if rows is None or causal or varlen or variants.window is not None \
+            or q_len * query_group < 4 * rows:
+        return None
+    return max(rows // query_group // 128 * 128, 128)  # whole query tiles
+
+
 def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
                             grid_values: dict | None = None, module=kernels,
                             entry: BackwardEntry | None = None,
@@ -118,9 +135,10 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     `entry`: the autotuner's candidates), the softcap and the window of `variants` compiled
     in; `grid_values` adds what only the grids read. Where `entry`'s "dkdv_dq" launch is
     for this call (``adds_dq_atomically``), it runs alone, adding dQ to a zeroed float32
-    buffer that is then cast into dQ; else "dkdv" and "dq". The atomics add in whatever
-    order the CTAs reach them, so dQ may differ in its last bits from run to run: under
-    ``torch.use_deterministic_algorithms(True)`` the two kernels run."""
+    buffer that is then cast into dQ, once per chunk of queries where ``query_chunk_rows``
+    says so (each chunk's dK/dV in float32, summed); else "dkdv" and "dq". The atomics add
+    in whatever order the CTAs reach them, so dQ may differ in its last bits from run to
+    run: under ``torch.use_deterministic_algorithms(True)`` the two kernels run."""
     q, k, v = tensors["Q"], tensors["K"], tensors["V"]
     query_group = q.shape[1] // k.shape[1]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
@@ -131,7 +149,11 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
                           causal=causal, varlen=varlen):
         names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
         tensors["dQAcc"] = dq_acc
-    for name in names:
+    chunk = None if dq_acc is None else query_chunk_rows(
+        launches_for(entry, q.shape[-1], v.shape[-1])["dkdv_dq"], q.shape[2], query_group,
+        causal, variants, varlen)
+
+    def run(name, tensors):
         family = families[name]
         launch, constants = gradient_launch(entry, name, q.shape[-1], v.shape[-1],
                                             query_group=query_group, causal=causal,
@@ -140,6 +162,23 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),
                   family.arguments(values))
+
+    if chunk is None:
+        for name in names:
+            run(name, tensors)
+    else:  # each chunk's dK/dV in float32, the first's as the sum
+        sums = [torch.empty_like(tensors[name], dtype=torch.float32) for name in ("dK", "dV")]
+        parts = [torch.empty_like(t) for t in sums]
+        for start in range(0, q.shape[2], chunk):
+            rows = {name: tensors[name][:, :, start:start + chunk]
+                    for name in ("Q", "dO", "Lse", "Delta", "dQAcc")}
+            outputs = dict(zip(("dK", "dV"), sums if start == 0 else parts))
+            run("dkdv_dq", tensors | rows | outputs)
+            if start:
+                for total, part in zip(sums, parts):
+                    total += part
+        tensors["dK"].copy_(sums[0])
+        tensors["dV"].copy_(sums[1])
     if dq_acc is not None:
         tensors["dQ"].copy_(dq_acc)
 

@@ -220,3 +220,22 @@ def dq_added_atomically(monkeypatch):
         for head_dim, kernels in entry.launches.items()})
     monkeypatch.setattr(launcher, "backward_entry_for", lambda arch: entry)
     return entry
+
+
+@pytest.fixture
+def queries_in_chunks(monkeypatch):
+    """The one-kernel backward without the causal mask in chunks of 128 query rows from 512
+    rows per K/V head at every head dim (``query_chunk_rows``; sm_90's: 16384 from 65536 at
+    D=128 only), so that small problems run it."""
+    import dataclasses
+
+    from cutile_fmha.platforms.backward import backward_entry_for
+    from cutile_fmha.steps import backward as launcher
+
+    entry = backward_entry_for("sm_90")
+    entry = dataclasses.replace(entry, launches={
+        head_dim: kernels | {"dkdv_dq": dataclasses.replace(kernels["dkdv_dq"],
+                                                            chunk_query_rows=128)}
+        for head_dim, kernels in entry.launches.items()})
+    monkeypatch.setattr(launcher, "backward_entry_for", lambda arch: entry)
+    return entry

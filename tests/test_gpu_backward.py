@@ -98,6 +98,25 @@ def test_deterministic_algorithms_run_the_two_kernels(dq_added_atomically, monke
     assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
 
 
+# Without the causal mask and with many query rows, "dkdv_dq" runs once per chunk of
+# queries (here of 128 rows: the queries_in_chunks fixture), with a last chunk cut short.
+CHUNK_CASES = [(4, 4, 1000, 700, d, "bfloat16", False) for d in (64, 128, 256)] + [
+    (8, 2, 300, 1000, 128, "float16", False), (4, 4, 700, 1000, 96, "bfloat16", False)]
+
+
+@pytest.mark.parametrize("heads,kv_heads,q_len,k_len,head_dim,dtype,causal", CHUNK_CASES)
+def test_gradients_with_queries_in_chunks_match_float64(queries_in_chunks, monkeypatch, heads,
+                                                        kv_heads, q_len, k_len, head_dim,
+                                                        dtype, causal):
+    launched = []
+    launch = ct.launch
+    monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, arguments, **options: (
+        launched.append(kernel._pyfunc.__name__), launch(stream, grid, kernel, arguments,
+                                                         **options))[1])
+    check_gradients(heads, kv_heads, q_len, k_len, head_dim, dtype, causal)
+    assert launched.count("dkdv") == -(-q_len // 128) and "dq" not in launched
+
+
 def check_gradients(heads, kv_heads, q_len, k_len, head_dim, dtype, causal):
     q, k, v, grad_out = inputs(2, heads, kv_heads, q_len, k_len, head_dim, dtype,
                                seed=q_len * 3 + head_dim)

@@ -17,7 +17,7 @@ from cutile_fmha.platforms.backward import (ATOMIC_DQ_FEATURES, BACKWARD_ENTRIES
 from cutile_fmha.platforms.entry import DECODE_GUESS, SOURCES, DecodeLaunch, launch_head_dim
 from cutile_fmha.platforms.environment import find_compiler
 from cutile_fmha.steps import STEPS
-from cutile_fmha.steps.backward import adds_dq_atomically, launches_for
+from cutile_fmha.steps.backward import adds_dq_atomically, launches_for, query_chunk_rows
 from cutile_fmha.steps.definitions import GUIDE_FINAL_STEP, fastest_step, step_of
 from cutile_fmha.steps.definitions import QUERY_TILE_STEP
 from cutile_fmha.steps.launcher import split_head_dim
@@ -383,6 +383,70 @@ def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v
     assert entry.launches[128]["dkdv_dq"].up_to_query_group == 2
     assert adds_dq_atomically(entry, q_head_dim, v_head_dim, group, variants, causal=causal,
                               varlen=varlen) == adds
+
+
+@pytest.mark.parametrize("q_len,group,variants,causal,varlen,rows", [
+    (65536, 1, NO_VARIANTS, False, False, 16384),   # 4x the platform's rows per K/V head
+    (65537, 1, Variants(softcap=30.0), False, False, 16384),
+    (16384, 4, NO_VARIANTS, False, False, 4096),    # rows per K/V head: q_len x its group
+    (65535, 1, NO_VARIANTS, False, False, None),    # fewer: one launch
+    (8192, 4, NO_VARIANTS, False, False, None),
+    (65536, 1, NO_VARIANTS, True, False, None),     # the causal mask,
+    (65536, 1, Variants(window=(512, 512)), False, False, None),  # a window,
+    (65536, 1, NO_VARIANTS, False, True, None),     # a packed batch: one launch
+])
+def test_long_non_causal_backward_runs_its_queries_in_chunks(q_len, group, variants, causal,
+                                                             varlen, rows):
+    entry = backward_entry_for("sm_90")
+    assert [head_dim for head_dim, kernels in entry.launches.items()
+            if kernels["dkdv_dq"].chunk_query_rows] == [128]  # D=64 and 256 lost in chunks
+    launch = entry.launches[128]["dkdv_dq"]
+    assert query_chunk_rows(launch, q_len, group, causal, variants, varlen) == rows
+    assert query_chunk_rows(entry.launches[64]["dkdv_dq"], q_len, group, causal, variants,
+                            varlen) is None
+
+
+def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(monkeypatch):
+    """The launcher's side of the chunks, with a stand-in for the kernel (no GPU): each
+    launch gets one chunk's rows of Q, dO, the LSE, Delta and the float32 dQ, whole K and
+    V, and float32 dK/dV that are summed over the chunks."""
+    from cuda import tile as ct
+
+    from cutile_fmha.steps import backward as launcher
+    from cutile_fmha.steps.family import DKDV
+
+    entry = backward_entry_for("sm_90")
+    entry = dataclasses.replace(entry, launches={
+        head_dim: kernels | {"dkdv_dq": dataclasses.replace(kernels["dkdv_dq"],
+                                                            chunk_query_rows=128)}
+        for head_dim, kernels in entry.launches.items()})
+    chunks = []
+
+    def kernel(stream, grid, kernel, arguments):
+        values = dict(zip(DKDV.names, arguments))
+        q, do, dq_acc = values["Q"], values["dO"], values["dQAcc"]
+        chunks.append((q.shape[2], values["Lse"].shape[2], values["Delta"].shape[2],
+                       values["K"].shape[2], values["dK"].dtype))
+        values["dK"].copy_(q.float().sum(2, keepdim=True).expand_as(values["dK"]))
+        values["dV"].copy_(do.float().sum(2, keepdim=True).expand_as(values["dV"]))
+        dq_acc += 2 * q.float()
+
+    monkeypatch.setattr(ct, "launch", kernel)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    generator = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 2, n, 128, generator=generator, dtype=torch.bfloat16)
+                   for n in (600, 50, 50, 600))
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    tensors = {"Q": q, "K": k, "V": v, "dO": do, "Lse": torch.zeros(1, 2, 600),
+               "Delta": torch.zeros(1, 2, 600), "dK": dk, "dV": dv, "dQ": dq, "qk_scale": 0.1,
+               "query_offset": 0}
+    launcher.launch_gradient_kernels(launcher.BACKWARD_FAMILIES, tensors, causal=False,
+                                     entry=entry)
+    assert chunks == [(128, 128, 128, 50, torch.float32)] * 4 + [(88, 88, 88, 50, torch.float32)]
+    for got, rows in ((dk, q), (dv, do)):  # float32 sums, rounded once to bfloat16
+        want = rows.float().sum(2, keepdim=True).expand_as(got)
+        assert torch.allclose(got.float(), want, rtol=1e-2, atol=1e-3)
+    assert torch.equal(dq, (2 * q.float()).to(dq.dtype))
 
 
 def test_exact_head_dims_take_their_own_launch_over_the_head_dims():
