@@ -201,13 +201,9 @@ def _counted(calls: Counter, name: str, fn):
     return wrapper
 
 
-@pytest.fixture
-def dq_added_atomically(monkeypatch):
-    """The backward with dQ added by the dK/dV kernel (ATOMIC_DQ) for every call at every
-    head dim: the platform's "dkdv_dq" launches without their ``only_with`` (sm_90's at
-    D=128 runs only with a softcap, a window, split columns, without the causal mask, for
-    a packed batch or with at most two query heads to a K/V head), and one on dK/dV's
-    tiles where a head dim has none."""
+def _sm_90_backward_with_dkdv_dq(monkeypatch, **changes):
+    """sm_90's backward entry, each head dim's "dkdv_dq" launch (on dK/dV's tiles where a
+    head dim has none) with `changes`, as the launcher's for any GPU."""
     import dataclasses
 
     from cutile_fmha.platforms.backward import backward_entry_for
@@ -216,10 +212,20 @@ def dq_added_atomically(monkeypatch):
     entry = backward_entry_for("sm_90")
     entry = dataclasses.replace(entry, launches={
         head_dim: kernels | {"dkdv_dq": dataclasses.replace(
-            kernels.get("dkdv_dq", kernels["dkdv"]), only_with=None)}
+            kernels.get("dkdv_dq", kernels["dkdv"]), **changes)}
         for head_dim, kernels in entry.launches.items()})
     monkeypatch.setattr(launcher, "backward_entry_for", lambda arch: entry)
     return entry
+
+
+@pytest.fixture
+def dq_added_atomically(monkeypatch):
+    """The backward with dQ added by the dK/dV kernel (ATOMIC_DQ) for every call at every
+    head dim: the platform's "dkdv_dq" launches without their ``only_with`` (sm_90's at
+    D=128 runs only with a softcap, a window, split columns, without the causal mask, for
+    a packed batch or with at most two query heads to a K/V head), and one on dK/dV's
+    tiles where a head dim has none."""
+    return _sm_90_backward_with_dkdv_dq(monkeypatch, only_with=None)
 
 
 @pytest.fixture
@@ -227,15 +233,4 @@ def queries_in_chunks(monkeypatch):
     """The one-kernel backward without the causal mask in chunks of 128 query rows from 512
     rows per K/V head at every head dim (``query_chunk_rows``; sm_90's: 16384 from 65536 at
     D=128 only), so that small problems run it."""
-    import dataclasses
-
-    from cutile_fmha.platforms.backward import backward_entry_for
-    from cutile_fmha.steps import backward as launcher
-
-    entry = backward_entry_for("sm_90")
-    entry = dataclasses.replace(entry, launches={
-        head_dim: kernels | {"dkdv_dq": dataclasses.replace(kernels["dkdv_dq"],
-                                                            chunk_query_rows=128)}
-        for head_dim, kernels in entry.launches.items()})
-    monkeypatch.setattr(launcher, "backward_entry_for", lambda arch: entry)
-    return entry
+    return _sm_90_backward_with_dkdv_dq(monkeypatch, chunk_query_rows=128)

@@ -406,7 +406,8 @@ def test_long_non_causal_backward_runs_its_queries_in_chunks(q_len, group, varia
                             varlen) is None
 
 
-def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(monkeypatch):
+def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(queries_in_chunks,
+                                                                    monkeypatch):
     """The launcher's side of the chunks, with a stand-in for the kernel (no GPU): each
     launch gets one chunk's rows of Q, dO, the LSE, Delta and the float32 dQ, whole K and
     V, and float32 dK/dV that are summed over the chunks."""
@@ -415,11 +416,6 @@ def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(monkeypatch):
     from cutile_fmha.steps import backward as launcher
     from cutile_fmha.steps.family import DKDV
 
-    entry = backward_entry_for("sm_90")
-    entry = dataclasses.replace(entry, launches={
-        head_dim: kernels | {"dkdv_dq": dataclasses.replace(kernels["dkdv_dq"],
-                                                            chunk_query_rows=128)}
-        for head_dim, kernels in entry.launches.items()})
     chunks = []
 
     def kernel(stream, grid, kernel, arguments):
@@ -441,7 +437,7 @@ def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(monkeypatch):
                "Delta": torch.zeros(1, 2, 600), "dK": dk, "dV": dv, "dQ": dq, "qk_scale": 0.1,
                "query_offset": 0}
     launcher.launch_gradient_kernels(launcher.BACKWARD_FAMILIES, tensors, causal=False,
-                                     entry=entry)
+                                     entry=queries_in_chunks)
     assert chunks == [(128, 128, 128, 50, torch.float32)] * 4 + [(88, 88, 88, 50, torch.float32)]
     for got, rows in ((dk, q), (dv, do)):  # float32 sums, rounded once to bfloat16
         want = rows.float().sum(2, keepdim=True).expand_as(got)
