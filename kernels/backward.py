@@ -15,7 +15,9 @@ dK/dV and dQ are two kernels, as in FlashAttention-2's Triton tutorial: each out
 written once, with no float32 atomics; seven matrix products per tile pair. With ATOMIC_DQ
 the dK/dV kernel also takes each tile pair's dS K and adds it to a float32 dQ with atomics
 (FlashAttention-2's and -3's CUDA structure): five products, no dQ kernel. Which is faster
-depends on the head dim (platforms/backward.py, docs/performance.md). Masks follow the
+depends on the head dim (platforms/backward.py, docs/performance.md). With ADD_TO_DKDV
+the dK/dV kernel adds its rows to the float32 dK and dV it is handed instead of writing
+them: the launcher runs long query ranges in chunks and sums them so. Masks follow the
 forward: under CAUSAL query row i
 sees keys j <= i + query_offset. As in the forward's step 9, only the tile pairs across
 the causal diagonal or past the last key run mask code; the loops over the others have
@@ -197,14 +199,15 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, qk_scale: float, query_offset: 
          softcap: float, window_left: int, window_right: int, TILE_D: ConstInt,
          TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
          QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool,
-         ATOMIC_DQ: ConstBool):
+         ATOMIC_DQ: ConstBool, ADD_TO_DKDV: ConstBool):
     k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # key tile 0 sees the most queries: tile by tile over heads, longest first
         k_tile, kv_head, batch = tile_major(dkdv_pair_bytes(Q.shape[2], TILE_D + TILE_D_TAIL,
                                                             TILE_DV, QUERY_GROUP, ATOMIC_DQ))
     dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile, qk_scale,
                   query_offset, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
-                  CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, ATOMIC_DQ)
+                  CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, ATOMIC_DQ,
+                  ADD_TO_DKDV)
 
 
 def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: ConstInt,
@@ -236,7 +239,7 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile
                   query_offset, TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
                   TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
                   SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right,
-                  ATOMIC_DQ: ConstBool, KEYS_BY_TMA: ConstBool = True):
+                  ATOMIC_DQ: ConstBool, ADD_TO_DKDV: ConstBool, KEYS_BY_TMA: ConstBool = True):
     """One key tile of one K/V head: its rows of dK and dV, from every query that sees it
     (the variable-length kernel runs it on views of one sequence), and with ATOMIC_DQ its
     share of every such query's dQ, added to dQAcc. Not KEYS_BY_TMA, the
@@ -271,13 +274,24 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile
     if WINDOW:  # the query tiles across the window's lower edge
         grads = accumulate_dkdv(*inputs, *grads, whole_end, end, *where, True, *variants)
     dk, dk_tail, dv = grads
-    ct.store(dK, index=(batch, kv_head, k_tile, 0),
-             tile=(dk * qk_scale).reshape((1, 1, TILE_N, TILE_D)).astype(dK.dtype))
+    store_key_rows(dK, dk * qk_scale, batch, kv_head, k_tile, TILE_D, TILE_N, ADD_TO_DKDV,
+                   KEYS_BY_TMA)
     if TILE_D_TAIL > 0:
-        ct.store(dK, index=(batch, kv_head, k_tile, TILE_D // TILE_D_TAIL),
-                 tile=(dk_tail * qk_scale).reshape((1, 1, TILE_N, TILE_D_TAIL)).astype(dK.dtype))
-    ct.store(dV, index=(batch, kv_head, k_tile, 0),
-             tile=dv.reshape((1, 1, TILE_N, TILE_DV)).astype(dV.dtype))
+        store_key_rows(dK, dk_tail * qk_scale, batch, kv_head, k_tile, TILE_D_TAIL, TILE_N,
+                       ADD_TO_DKDV, KEYS_BY_TMA, TILE_D // TILE_D_TAIL)
+    store_key_rows(dV, dv, batch, kv_head, k_tile, TILE_DV, TILE_N, ADD_TO_DKDV, KEYS_BY_TMA)
+
+
+def store_key_rows(X, tile, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt,
+                   ADD_TO_DKDV: ConstBool, BY_TMA: ConstBool, column_tile=0):
+    """Stores a (TILE_N, TILE_D) float32 tile of dK or dV as X's rows of key tile k_tile,
+    its columns' tile `column_tile` of TILE_D; with ADD_TO_DKDV added to what X holds there
+    (float32: the sum of the query chunks before this one; the CTA owns these rows)."""
+    if ADD_TO_DKDV:
+        tile = tile + load_keys(X, batch, kv_head, k_tile, TILE_D, TILE_N, False, BY_TMA,
+                                column_tile)
+    ct.store(X, index=(batch, kv_head, k_tile, column_tile),
+             tile=tile.reshape((1, 1, TILE_N, TILE_D)).astype(X.dtype))
 
 
 def accumulate_dq(Q, K, V, q, q_tail, do, lse_log2, delta, dq, dq_tail, first_k_tile,

@@ -41,8 +41,8 @@ class BackwardLaunch:
     # "dkdv_dq" without the causal mask or a window, on a dense batch: each CTA's loop runs
     # over every query tile, and where a K/V head has at least 4x this many query rows
     # (q_len x its query heads) the call runs its queries in chunks of this many rows per
-    # K/V head, their dK/dV summed in float32 (steps/backward.py's query_chunk_rows).
-    # None: in one launch.
+    # K/V head, the kernel adding their dK/dV to float32 sums (steps/backward.py's
+    # query_chunk_rows). None: in one launch.
     chunk_query_rows: int | None = None
 
 
@@ -138,7 +138,9 @@ SM_90 = BackwardEntry(
                "0.89x at 64k x 64k, 0.92x at 128k x 16k and with 32/8 heads at 32k x 32k, "
                "level at 16k x 128k (not chunked). D=64 and 256 lost in chunks (1.02x and "
                "1.50x at 64k x 64k) and keep one launch; D=80-112, which run D=128's launch, "
-               "were not timed. docs/performance.md.",
+               "were not timed. The sums added by the kernel (ADD_TO_DKDV, 2026-11-27): "
+               "1.00x the time of adding them apart at 64k and 128k, 4 GiB less at 128k. "
+               "docs/performance.md.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")

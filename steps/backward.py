@@ -59,11 +59,13 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
 
 
 def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim: int, *,
-                    query_group: int, causal: bool, variants: Variants = NO_VARIANTS):
+                    query_group: int, causal: bool, variants: Variants = NO_VARIANTS,
+                    add_to_dkdv: bool = False):
     """(launch, constants) of the "dkdv", "dq" or "dkdv_dq" launch at these head dims
     (``launches_for``; at its softcap tiles under a softcap), Q's and K's columns in the
     forward's tiles for the launch's split_head_dims (``split_head_dim``: D=96 as 64 + 32,
-    not padded to 128) and padded for the others, V's padded (``tile_head_dim``)."""
+    not padded to 128) and padded for the others, V's padded (``tile_head_dim``);
+    `add_to_dkdv`: the dK/dV kernel adds to the float32 dK and dV it is handed."""
     launch = launches_for(entry, q_head_dim, v_head_dim)[name]
     if variants.softcap is not None and launch.softcap_tiles is not None:
         launch = dataclasses.replace(launch, tiles=launch.softcap_tiles)
@@ -71,7 +73,8 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
     return launch, backward_constants(head_dim, launch.tiles, query_group=query_group,
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
-                                      head_dim_tail=tail, atomic_dq=name == "dkdv_dq")
+                                      head_dim_tail=tail, atomic_dq=name == "dkdv_dq",
+                                      add_to_dkdv=add_to_dkdv)
 
 
 def launches_for(entry: BackwardEntry, q_head_dim: int, v_head_dim: int) -> dict:
@@ -136,9 +139,10 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     in; `grid_values` adds what only the grids read. Where `entry`'s "dkdv_dq" launch is
     for this call (``adds_dq_atomically``), it runs alone, adding dQ to a zeroed float32
     buffer that is then cast into dQ, once per chunk of queries where ``query_chunk_rows``
-    says so (each chunk's dK/dV in float32, summed); else "dkdv" and "dq". The atomics add
-    in whatever order the CTAs reach them, so dQ may differ in its last bits from run to
-    run: under ``torch.use_deterministic_algorithms(True)`` the two kernels run."""
+    says so (the kernel adding each chunk's dK/dV to float32 sums, ADD_TO_DKDV); else
+    "dkdv" and "dq". The atomics add in whatever order the CTAs reach them, so dQ may differ
+    in its last bits from run to run: under ``torch.use_deterministic_algorithms(True)`` the
+    two kernels run."""
     q, k, v = tensors["Q"], tensors["K"], tensors["V"]
     query_group = q.shape[1] // k.shape[1]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
@@ -153,11 +157,11 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
         launches_for(entry, q.shape[-1], v.shape[-1])["dkdv_dq"], q.shape[2], query_group,
         causal, variants, varlen)
 
-    def run(name, tensors):
+    def run(name, tensors, add_to_dkdv=False):
         family = families[name]
         launch, constants = gradient_launch(entry, name, q.shape[-1], v.shape[-1],
                                             query_group=query_group, causal=causal,
-                                            variants=variants)
+                                            variants=variants, add_to_dkdv=add_to_dkdv)
         values = {key: tensors[key] for key in family.names if key in tensors} | constants
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),
@@ -166,19 +170,15 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     if chunk is None:
         for name in names:
             run(name, tensors)
-    else:  # each chunk's dK/dV in float32, the first's as the sum
-        sums = [torch.empty_like(tensors[name], dtype=torch.float32) for name in ("dK", "dV")]
-        parts = [torch.empty_like(t) for t in sums]
+    else:  # the first chunk writes float32 dK/dV, the others add to them
+        sums = {name: torch.empty_like(tensors[name], dtype=torch.float32)
+                for name in ("dK", "dV")}
         for start in range(0, q.shape[2], chunk):
             rows = {name: tensors[name][:, :, start:start + chunk]
                     for name in ("Q", "dO", "Lse", "Delta", "dQAcc")}
-            outputs = dict(zip(("dK", "dV"), sums if start == 0 else parts))
-            run("dkdv_dq", tensors | rows | outputs)
-            if start:
-                for total, part in zip(sums, parts):
-                    total += part
-        tensors["dK"].copy_(sums[0])
-        tensors["dV"].copy_(sums[1])
+            run("dkdv_dq", tensors | rows | sums, add_to_dkdv=start > 0)
+        for name, total in sums.items():
+            tensors[name].copy_(total)
     if dq_acc is not None:
         tensors["dQ"].copy_(dq_acc)
 

@@ -68,14 +68,16 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
 
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
                      query_group: int = 1, variants: Variants = NO_VARIANTS,
-                     value_head_dim: int | None = None) -> bytes:
-    """The cubin of the backward's "dkdv" or "dq" kernel for `arch`, at that
+                     value_head_dim: int | None = None, add_to_dkdv: bool = False) -> bytes:
+    """The cubin of the backward's "dkdv", "dq" or "dkdv_dq" kernel for `arch`, at that
     architecture's backward launch (platforms/backward.py), with the softcap and window of
     `variants` compiled in; V's head dim `value_head_dim` (default head_dim), both as the
-    launcher tiles them (``gradient_launch``)."""
+    launcher tiles them (``gradient_launch``); `add_to_dkdv`: dK/dV added to float32 sums,
+    as the launcher's chunks of queries after the first run it."""
     launch, constants = gradient_launch(backward_entry_for(arch), name, head_dim,
                                         value_head_dim or head_dim, query_group=query_group,
-                                        causal=causal, variants=variants)
+                                        causal=causal, variants=variants,
+                                        add_to_dkdv=add_to_dkdv)
     return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
                         dtype=dtype, constants=constants, arch=arch)
 

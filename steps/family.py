@@ -50,13 +50,15 @@ class Tensor:
     it may be a view that starts anywhere or has any row length (`aligned=False`: sequence
     bounds, a block table). `read_when`: the boolean constant without which the kernels
     never touch it (None: always read); `read_unless`: the one with which they never do
-    (None: none); a launch then passes UNUSED_ARRAY."""
+    (None: none); a launch then passes UNUSED_ARRAY. `float32_when`: the boolean constant
+    with which it is float32 whatever the inputs' dtype."""
     name: str
     rank: int
     dtype: ct.DType | None = None
     aligned: bool = True
     read_when: str | None = None
     read_unless: str | None = None
+    float32_when: str | None = None
 
     def read(self, constants: dict) -> bool:
         """Whether a launch with these constants reads this array."""
@@ -164,7 +166,9 @@ class KernelFamily:
         parameters = []
         for p in self.parameters:
             if isinstance(p, Tensor):
-                parameters.append(p.constraint(input_dtype) if p.read(constants)
+                dtype = ct.float32 if p.float32_when and constants[p.float32_when] \
+                    else input_dtype
+                parameters.append(p.constraint(dtype) if p.read(constants)
                                   else ScalarConstraint(ct.int32))  # UNUSED_ARRAY
             elif isinstance(p, Scalar):
                 parameters.append(ScalarConstraint(p.dtype))
@@ -308,16 +312,18 @@ def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1
 
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                        causal: bool, variants=None, value_head_dim: int | None = None,
-                       head_dim_tail: int = 0, atomic_dq: bool = False) -> dict:
+                       head_dim_tail: int = 0, atomic_dq: bool = False,
+                       add_to_dkdv: bool = False) -> dict:
     """The compile-time parameters of one dK/dV or dQ launch, with the softcap and window
     of `variants` compiled in (steps/variants.py's Variants; None: neither), Q's and K's
     columns past head_dim as a tile of `head_dim_tail` (the forward's TILE_D_TAIL), and
-    dK/dV's ATOMIC_DQ (`atomic_dq`; the dQ kernel has none)."""
+    dK/dV's ATOMIC_DQ (`atomic_dq`) and ADD_TO_DKDV (`add_to_dkdv`; the dQ kernel has
+    neither)."""
     switches = variants.constants() if variants is not None else {}
     return attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                value_head_dim=value_head_dim) | {"TILE_D_TAIL": head_dim_tail} | {
         name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS} | {
-        "ATOMIC_DQ": atomic_dq}
+        "ATOMIC_DQ": atomic_dq, "ADD_TO_DKDV": add_to_dkdv}
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
@@ -351,12 +357,14 @@ _BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[
     + (Constant("TILE_D_TAIL"),) + _PADDED_TILES[1:] \
     + tuple(Constant(name) for name in BACKWARD_VARIANT_CONSTANTS)
 # dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V. With ATOMIC_DQ
-# (last) it also adds each query's dQ * qk_scale to dQAcc, float32 like Q, zeroed first.
+# it also adds each query's dQ * qk_scale to dQAcc, float32 like Q, zeroed first; with
+# ADD_TO_DKDV (last) it adds its dK and dV to the float32 ones it is handed.
 DKDV = KernelFamily(
     name="backward dkdv",
-    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4), Tensor("dV", 4),
+    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4, float32_when="ADD_TO_DKDV"),
+                                   Tensor("dV", 4, float32_when="ADD_TO_DKDV"),
                                    Tensor("dQAcc", 4, ct.float32, read_when="ATOMIC_DQ"))
-    + _BACKWARD_SETTINGS + (Constant("ATOMIC_DQ"),),
+    + _BACKWARD_SETTINGS + (Constant("ATOMIC_DQ"), Constant("ADD_TO_DKDV")),
     grid=tiles_per_head("K", "TILE_N"),
 )
 # dq(...): one CTA per TILE_M query rows of one head; dQ like Q.

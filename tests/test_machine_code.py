@@ -164,13 +164,13 @@ def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])
 def test_backward_variant_branches_cost_the_plain_backward_nothing(name, tmp_path):
-    """The backward's SOFTCAP, WINDOW and ATOMIC_DQ off and no TILE_D_TAIL (every plain
-    two-kernel backward launch): the sm_90 machine code is that of kernels/backward.py with
-    their branches deleted."""
+    """The backward's SOFTCAP, WINDOW, ATOMIC_DQ and ADD_TO_DKDV off and no TILE_D_TAIL
+    (every plain two-kernel backward launch): the sm_90 machine code is that of
+    kernels/backward.py with their branches deleted."""
     launch = backward_entry_for("sm_90").launches[128][name]
     constants = backward_constants(128, launch.tiles, query_group=2, causal=True)
     without = module_without(backward_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW",
-                             "TILE_D_TAIL", "ATOMIC_DQ")
+                             "TILE_D_TAIL", "ATOMIC_DQ", "ADD_TO_DKDV")
     assert sass(compile_backward(name, "sm_90", dtype="bfloat16", head_dim=128, causal=True,
                                  query_group=2)) == \
         sass(export_cubin(backward_kernel(name, launch.num_worker_warps, without),
@@ -203,6 +203,19 @@ def test_dq_added_in_dkdv_is_one_float32_reduction_per_element_and_spills_little
     assert "HGMMA" in code and "UTMALDG" in code
     assert "REDG.E.ADD.F32.FTZ.RN" in code and "F32x4" not in code and "ATOMG" not in code
     assert int(re.search(r"STACK:(\d+)", usage).group(1)) <= 32, usage
+
+
+def test_chunks_after_the_first_add_dk_dv_to_float32_sums_by_tma_as_they_store():
+    """"dkdv_dq" at D=128 (the launch that runs long query ranges in chunks) with
+    ADD_TO_DKDV, dK and dV float32, sm_90: warpgroup MMA, the sums read by TMA loads, and
+    at most the few spilled registers of the "dkdv_dq" launches (0 bytes under tileiras
+    13.4, 8 under 13.5)."""
+    options = dict(dtype="bfloat16", head_dim=128, causal=False, query_group=1)
+    writes = compile_backward("dkdv_dq", "sm_90", **options)
+    adds = compile_backward("dkdv_dq", "sm_90", add_to_dkdv=True, **options)
+    usage, code = resource_usage(adds), sass(adds)
+    assert "HGMMA" in code and code.count("UTMALDG") > sass(writes).count("UTMALDG")
+    assert int(re.search(r"STACK:(\d+)", usage)[1]) <= 32, usage
 
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])

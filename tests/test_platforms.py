@@ -410,21 +410,28 @@ def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(queries_in_ch
                                                                     monkeypatch):
     """The launcher's side of the chunks, with a stand-in for the kernel (no GPU): each
     launch gets one chunk's rows of Q, dO, the LSE, Delta and the float32 dQ, whole K and
-    V, and float32 dK/dV that are summed over the chunks."""
+    V, and the same float32 dK/dV, which the first chunk writes and the others add to
+    (ADD_TO_DKDV)."""
     from cuda import tile as ct
 
     from cutile_fmha.steps import backward as launcher
     from cutile_fmha.steps.family import DKDV
 
-    chunks = []
+    chunks, sums = [], set()
 
     def kernel(stream, grid, kernel, arguments):
         values = dict(zip(DKDV.names, arguments))
         q, do, dq_acc = values["Q"], values["dO"], values["dQAcc"]
+        adds = values["ADD_TO_DKDV"]
         chunks.append((q.shape[2], values["Lse"].shape[2], values["Delta"].shape[2],
-                       values["K"].shape[2], values["dK"].dtype))
-        values["dK"].copy_(q.float().sum(2, keepdim=True).expand_as(values["dK"]))
-        values["dV"].copy_(do.float().sum(2, keepdim=True).expand_as(values["dV"]))
+                       values["K"].shape[2], values["dK"].dtype, adds))
+        sums.add((values["dK"].data_ptr(), values["dV"].data_ptr()))
+        for gradient, rows in ((values["dK"], q), (values["dV"], do)):
+            chunk_sum = rows.float().sum(2, keepdim=True).expand_as(gradient)
+            if adds:
+                gradient += chunk_sum
+            else:
+                gradient.copy_(chunk_sum)
         dq_acc += 2 * q.float()
 
     monkeypatch.setattr(ct, "launch", kernel)
@@ -438,7 +445,9 @@ def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(queries_in_ch
                "query_offset": 0}
     launcher.launch_gradient_kernels(launcher.BACKWARD_FAMILIES, tensors, causal=False,
                                      entry=queries_in_chunks)
-    assert chunks == [(128, 128, 128, 50, torch.float32)] * 4 + [(88, 88, 88, 50, torch.float32)]
+    assert chunks == [(128, 128, 128, 50, torch.float32, False)] + \
+        [(128, 128, 128, 50, torch.float32, True)] * 3 + [(88, 88, 88, 50, torch.float32, True)]
+    assert len(sums) == 1  # one pair of float32 sums for every chunk
     for got, rows in ((dk, q), (dv, do)):  # float32 sums, rounded once to bfloat16
         want = rows.float().sum(2, keepdim=True).expand_as(got)
         assert torch.allclose(got.float(), want, rtol=1e-2, atol=1e-3)
