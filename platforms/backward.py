@@ -137,8 +137,10 @@ SM_90 = BackwardEntry(
                "from 3.6 GB to 3.36 TB; in chunks 0.80x the one launch's time at 128k x 128k, "
                "0.89x at 64k x 64k, 0.92x at 128k x 16k and with 32/8 heads at 32k x 32k, "
                "level at 16k x 128k (not chunked). D=64 and 256 lost in chunks (1.02x and "
-               "1.50x at 64k x 64k) and keep one launch; D=80-112, which run D=128's launch, "
-               "were not timed. The sums added by the kernel (ADD_TO_DKDV, 2026-11-27): "
+               "1.50x at 64k x 64k) and keep one launch. D=80-112 run D=128's launch: "
+               "in chunks 1.02x the time at D=80, 1.00x at 96 (both on split columns, "
+               "which keep one launch), 0.80-0.88x at 112 (H200, 2026-11-27). The sums "
+               "added by the kernel (ADD_TO_DKDV, 2026-11-27): "
                "1.00x the time of adding them apart at 64k and 128k, 4 GiB less at 128k. "
                "docs/performance.md.",
 )

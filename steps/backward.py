@@ -113,17 +113,19 @@ def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
     return any(has[feature] for feature in launch.only_with)
 
 
-def query_chunk_rows(launch: BackwardLaunch, q_len: int, query_group: int, causal: bool,
-                     variants: Variants, varlen: bool) -> int | None:
+def query_chunk_rows(launch: BackwardLaunch, q_head_dim: int, q_len: int, query_group: int,
+                     causal: bool, variants: Variants, varlen: bool) -> int | None:
     """Query rows per launch where the one-kernel backward ("dkdv_dq" at `launch`) of this
     call runs its queries in chunks (``BackwardLaunch.chunk_query_rows`` per K/V head, over
     its query group), else None: only without the causal mask, a window or a packed batch,
-    whose rows do not move with a chunk's start. Each dK/dV CTA's loop runs over every
-    query tile; at D=128 past about 64k rows a K/V head's CTAs stop finding the rows they
-    share (Q, dO and the float32 dQ they add to) in the L2 (docs/performance.md)."""
+    whose rows do not move with a chunk's start, and on Q's and K's columns padded, not
+    split (80 and 96 as 64 + 16 and 64 + 32 did not slow down at long N in one launch, as
+    D=64 did not). Each dK/dV CTA's loop runs over every query tile; at D=112 and 128 past
+    about 64k rows a K/V head's CTAs stop finding the rows they share (Q, dO and the
+    float32 dQ they add to) in the L2 (docs/performance.md)."""
     rows = launch.chunk_query_rows
     if rows is None or causal or varlen or variants.window is not None \
-            or q_len * query_group < 4 * rows:
+            or query_columns(launch, q_head_dim)[1] > 0 or q_len * query_group < 4 * rows:
         return None
     return max(rows // query_group // 128 * 128, 128)  # whole query tiles
 
@@ -154,8 +156,8 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
         names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
         tensors["dQAcc"] = dq_acc
     chunk = None if dq_acc is None else query_chunk_rows(
-        launches_for(entry, q.shape[-1], v.shape[-1])["dkdv_dq"], q.shape[2], query_group,
-        causal, variants, varlen)
+        launches_for(entry, q.shape[-1], v.shape[-1])["dkdv_dq"], q.shape[-1], q.shape[2],
+        query_group, causal, variants, varlen)
 
     def run(name, tensors, add_to_dkdv=False):
         family = families[name]

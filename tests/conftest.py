@@ -231,6 +231,6 @@ def dq_added_atomically(monkeypatch):
 @pytest.fixture
 def queries_in_chunks(monkeypatch):
     """The one-kernel backward without the causal mask in chunks of 128 query rows from 512
-    rows per K/V head at every head dim (``query_chunk_rows``; sm_90's: 16384 from 65536 at
-    D=128 only), so that small problems run it."""
+    rows per K/V head at every head dim whose columns it pads (``query_chunk_rows``;
+    sm_90's: 16384 from 65536 at D=128's launch only), so that small problems run it."""
     return _sm_90_backward_with_dkdv_dq(monkeypatch, chunk_query_rows=128)

@@ -385,24 +385,27 @@ def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v
                               varlen=varlen) == adds
 
 
-@pytest.mark.parametrize("q_len,group,variants,causal,varlen,rows", [
-    (65536, 1, NO_VARIANTS, False, False, 16384),   # 4x the platform's rows per K/V head
-    (65537, 1, Variants(softcap=30.0), False, False, 16384),
-    (16384, 4, NO_VARIANTS, False, False, 4096),    # rows per K/V head: q_len x its group
-    (65535, 1, NO_VARIANTS, False, False, None),    # fewer: one launch
-    (8192, 4, NO_VARIANTS, False, False, None),
-    (65536, 1, NO_VARIANTS, True, False, None),     # the causal mask,
-    (65536, 1, Variants(window=(512, 512)), False, False, None),  # a window,
-    (65536, 1, NO_VARIANTS, False, True, None),     # a packed batch: one launch
+@pytest.mark.parametrize("head_dim,q_len,group,variants,causal,varlen,rows", [
+    (128, 65536, 1, NO_VARIANTS, False, False, 16384),   # 4x the platform's rows per K/V head
+    (112, 65537, 1, Variants(softcap=30.0), False, False, 16384),  # 112: padded to 128
+    (128, 16384, 4, NO_VARIANTS, False, False, 4096),    # rows per K/V head: q_len x its group
+    (128, 65535, 1, NO_VARIANTS, False, False, None),    # fewer: one launch
+    (128, 8192, 4, NO_VARIANTS, False, False, None),
+    (128, 65536, 1, NO_VARIANTS, True, False, None),     # the causal mask,
+    (128, 65536, 1, Variants(window=(512, 512)), False, False, None),  # a window,
+    (128, 65536, 1, NO_VARIANTS, False, True, None),     # a packed batch,
+    (96, 65536, 1, NO_VARIANTS, False, False, None),     # split columns (64 + 32, 64 + 16)
+    (80, 131072, 1, NO_VARIANTS, False, False, None),    # at D=128's launch: one launch
 ])
-def test_long_non_causal_backward_runs_its_queries_in_chunks(q_len, group, variants, causal,
-                                                             varlen, rows):
+def test_long_non_causal_backward_runs_its_queries_in_chunks(head_dim, q_len, group, variants,
+                                                             causal, varlen, rows):
     entry = backward_entry_for("sm_90")
-    assert [head_dim for head_dim, kernels in entry.launches.items()
+    assert [d for d, kernels in entry.launches.items()
             if kernels["dkdv_dq"].chunk_query_rows] == [128]  # D=64 and 256 lost in chunks
-    launch = entry.launches[128]["dkdv_dq"]
-    assert query_chunk_rows(launch, q_len, group, causal, variants, varlen) == rows
-    assert query_chunk_rows(entry.launches[64]["dkdv_dq"], q_len, group, causal, variants,
+    launch = launches_for(entry, head_dim, head_dim)["dkdv_dq"]
+    assert launch is entry.launches[128]["dkdv_dq"]
+    assert query_chunk_rows(launch, head_dim, q_len, group, causal, variants, varlen) == rows
+    assert query_chunk_rows(entry.launches[64]["dkdv_dq"], 64, q_len, group, causal, variants,
                             varlen) is None
 
 
