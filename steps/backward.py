@@ -94,6 +94,12 @@ def query_columns(launch: BackwardLaunch, q_head_dim: int) -> tuple[int, int]:
     return tile_head_dim(q_head_dim), 0
 
 
+def splits_columns(launch: BackwardLaunch, q_head_dim: int) -> bool:
+    """Whether `launch` runs Q's and K's columns at this head dim as two tiles
+    (``query_columns``), not padded."""
+    return query_columns(launch, q_head_dim)[1] > 0
+
+
 def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
                        query_group: int, variants: Variants, *, causal: bool,
                        varlen: bool) -> bool:
@@ -108,7 +114,7 @@ def adds_dq_atomically(entry: BackwardEntry, q_head_dim: int, v_head_dim: int,
     if launch.only_with is None or query_group <= launch.up_to_query_group:
         return True
     has = {"softcap": variants.softcap is not None, "window": variants.window is not None,
-           "split": query_columns(launch, q_head_dim)[1] > 0, "non-causal": not causal,
+           "split": splits_columns(launch, q_head_dim), "non-causal": not causal,
            "varlen": varlen}
     return any(has[feature] for feature in launch.only_with)
 
@@ -125,7 +131,7 @@ def query_chunk_rows(launch: BackwardLaunch, q_head_dim: int, q_len: int, query_
     float32 dQ they add to) in the L2 (docs/performance.md)."""
     rows = launch.chunk_query_rows
     if rows is None or causal or varlen or variants.window is not None \
-            or query_columns(launch, q_head_dim)[1] > 0 or q_len * query_group < 4 * rows:
+            or splits_columns(launch, q_head_dim) or q_len * query_group < 4 * rows:
         return None
     return max(rows // query_group // 128 * 128, 128)  # whole query tiles
 
