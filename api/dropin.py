@@ -13,8 +13,9 @@ import torch
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward, row_dot
-from .steps.launcher import (HEAD_DIMS, LaunchPlan, Names, _check_devices, _check_shapes,
-                             build_plan, causal_query_offset, is_padded, remember,
+from .steps.launcher import (HEAD_DIMS, HeadGroupLaunches, LaunchPlan, Names, _check_devices,
+                             _check_shapes, build_head_group_plan, build_plan,
+                             causal_query_offset, is_padded, past_32_bits, remember,
                              rows_contiguous, softmax_scale)
 from .steps.family import UNUSED_ARRAY
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient, variants_forward
@@ -119,16 +120,22 @@ _PLANS: dict[tuple, LaunchPlan] = {}
 
 
 def plan_for(query, key, value, causal: str, scale: float, with_lse: bool
-             ) -> tuple[LaunchPlan, bool]:
+             ) -> tuple[LaunchPlan | HeadGroupLaunches, bool]:
     """(the plan of this shape key, whether it was made now and so still holds this call's
-    tensors): made, and the arguments checked, once per key."""
+    tensors): made, and the arguments checked, once per key. Tensors past the kernels'
+    32-bit strides whole run in groups of heads where those fit (``HeadGroupLaunches``)."""
     shape_key = (tensor_key(query), tensor_key(key), tensor_key(value), causal, scale, with_lse)
     plan = _PLANS.get(shape_key)
     if plan is not None:
         return plan, False
-    plan = build_plan(query, key, value, causal=_launcher_causal(causal), scale=scale,
-                      step="fastest", platform=None, out=None, with_lse=with_lse,
-                      names=SDPA_NAMES)
+    options = dict(causal=_launcher_causal(causal), scale=scale, step="fastest",
+                   platform=None, out=None, with_lse=with_lse, names=SDPA_NAMES)
+    groups = build_head_group_plan(query, key, value, **options) \
+        if any(map(past_32_bits, (query, key, value))) else None
+    if groups is not None:
+        remember(_PLANS, shape_key, groups, MAX_CHECKED_KEYS)
+        return groups, False
+    plan = build_plan(query, key, value, **options)
     remember(_PLANS, shape_key, plan.without_tensors(), MAX_CHECKED_KEYS)
     return plan, True
 

@@ -187,9 +187,11 @@ def is_padded(q: torch.Tensor, v: torch.Tensor) -> bool:
     return q.shape[-1] != v.shape[-1] or q.shape[-1] not in HEAD_DIMS + LARGE_HEAD_DIMS
 
 
-def _check_shapes(q, k, v, n: Names, *, padded: bool = False) -> None:
+def _check_shapes(q, k, v, n: Names, *, padded: bool = False, whole: bool = True) -> None:
     """q, k, v as every kernel takes them; with `padded` (the kernels on step 9's query
-    tile) also head dims that ``tile_head_dim`` pads, value's possibly not query's."""
+    tile) also head dims that ``tile_head_dim`` pads, value's possibly not query's. Not
+    `whole`: their 32-bit offsets unchecked, for a caller that launches groups of their
+    heads (``HeadGroupLaunches``)."""
     for name, t in ((n.q, q), (n.k, k), (n.v, v)):
         _check_tensor(name, t)
     for name, t in ((n.k, k), (n.v, v)):
@@ -226,24 +228,105 @@ def _check_shapes(q, k, v, n: Names, *, padded: bool = False) -> None:
         raise ValueError(f"batch and heads must each be at most {MAX_GRID_YZ}, got "
                          f"batch={batch}, heads={heads}")
     for name, t in ((n.q, q), (n.k, k), (n.v, v)):
-        _check_32_bit_strides(name, t)
+        if whole and past_32_bits(t):
+            raise ValueError(f"{name} is too long for the kernels' 32-bit strides: heads x "
+                             f"seq_len x head_dim and each stride must be at most {MAX_STRIDE} "
+                             f"elements, got shape {tuple(t.shape)} (strides {t.stride()}); "
+                             f"cutile_fmha.attention() runs the heads of (batch, heads, seq, "
+                             f"D) memory in groups that fit, and the sequence can be split "
+                             f"over GPUs with cutile_fmha.distributed.ring_attention")
 
 
 # cuTile passes a tensor's strides as 32-bit integers.
 MAX_STRIDE = 2 ** 31 - 1
 
 
-def _check_32_bit_strides(name: str, t: torch.Tensor) -> None:
-    """t's strides, and those of the outputs and gradients made in its layout (dense: none
-    above heads x seq_len x head_dim), within what cuTile takes."""
-    per_batch = t[0].numel() if t.shape[0] else 0
-    if per_batch > MAX_STRIDE or any(stride > MAX_STRIDE for stride, size
-                                     in zip(t.stride(), t.shape) if size > 1):
-        raise ValueError(f"{name} is too long for the kernels' 32-bit strides: heads x "
-                         f"seq_len x head_dim and each stride must be at most {MAX_STRIDE} "
-                         f"elements, got shape {tuple(t.shape)} (strides {t.stride()}); split "
-                         f"the heads over several calls, or the sequence over GPUs with "
-                         f"cutile_fmha.distributed.ring_attention")
+def past_32_bits(t: torch.Tensor) -> bool:
+    """Whether t's strides (those of dimensions of size 1 too: cuTile refuses them as well),
+    or those of the outputs and gradients made in its layout (dense: none above heads x
+    seq_len x head_dim), pass what cuTile takes."""
+    per_batch = math.prod(t.shape[1:]) if t.shape[0] else 0  # no tensor op: backward's hot path
+    return per_batch > MAX_STRIDE or any(stride > MAX_STRIDE for stride in t.stride())
+
+
+def heads_per_launch(tensors, units: int) -> int | None:
+    """The most of `units` head units (a divisor of it) whose rows in each of `tensors`,
+    (tensor, its heads per unit) pairs, lie within 32-bit offsets of their first row on one
+    batch entry; None where the tensors fit whole (``past_32_bits``) or no group fits (one
+    head past 2^31 elements, or a (batch, seq, heads, D) layout: every head spans the whole
+    sequence's memory)."""
+    if not any(past_32_bits(t) for t, _ in tensors):
+        return None
+    for size in range(units, 0, -1):
+        if units % size == 0 and all(
+                sum((n - 1) * stride for n, stride in zip((size * per_unit,) + t.shape[2:],
+                                                          t.stride()[1:])) < MAX_STRIDE
+                for t, per_unit in tensors):
+            return size
+    return None
+
+
+def kv_heads_per_launch(q, k, v) -> int | None:
+    """``heads_per_launch`` in K/V heads, with their query heads: for q, k and v (and the
+    outputs and gradients made in their layouts) past cuTile's 32-bit strides whole."""
+    return heads_per_launch([(q, q.shape[1] // k.shape[1]), (k, 1), (v, 1)], k.shape[1])
+
+
+def head_groups(batch: int, kv_heads: int, query_group: int, per_launch: int):
+    """(query-side index, K/V-side index) of each launch's views, (batch, heads) slices of
+    (batch, heads, ...) tensors: one batch entry and `per_launch` K/V heads (with their
+    query heads, `query_group` a K/V head) at a time."""
+    for b in range(batch):
+        for head in range(0, kv_heads, per_launch):
+            yield ((slice(b, b + 1), slice(head * query_group, (head + per_launch) * query_group)),
+                   (slice(b, b + 1), slice(head, head + per_launch)))
+
+
+def head_group_view(t: torch.Tensor, index) -> torch.Tensor:
+    """t[index], one batch entry's group of heads (``head_groups``), each dimension of size 1
+    strided by the extent of those after it (as if packed, where they are): cuTile refuses
+    a stride past 32 bits even there, where it moves no address."""
+    view = t[index]
+    strides = list(view.stride())
+    for dim in reversed(range(view.dim() - 1)):
+        if view.shape[dim] == 1:
+            strides[dim] = 1 + sum((n - 1) * stride for n, stride
+                                   in zip(view.shape[dim + 1:], strides[dim + 1:]))
+    return view.as_strided(view.shape, strides)
+
+
+@dataclass(frozen=True)
+class HeadGroupLaunches:
+    """One group's plan launched per batch entry and group of K/V heads (with their query
+    heads), on views: for tensors past cuTile's 32-bit strides whole whose head groups fit
+    (``kv_heads_per_launch``). ``LaunchPlan.launch_on``'s interface."""
+    plan: LaunchPlan
+    kv_heads: int  # per launch
+
+    def launch_on(self, q, k, v, out, lse) -> None:
+        for rows, keys in head_groups(q.shape[0], k.shape[1], q.shape[1] // k.shape[1],
+                                      self.kv_heads):
+            self.plan.launch_on(*(head_group_view(t, index) for t, index in
+                                  ((q, rows), (k, keys), (v, keys), (out, rows))),
+                                lse if lse is UNUSED_ARRAY else head_group_view(lse, rows))
+
+    def without_tensors(self) -> "HeadGroupLaunches":
+        return self
+
+
+def build_head_group_plan(q, k, v, *, names: Names, **options) -> HeadGroupLaunches | None:
+    """Where q, k or v pass cuTile's 32-bit strides whole but groups of their heads do not
+    (``kv_heads_per_launch``), ``build_plan``'s plan for one group, launched per group (the
+    tensors checked whole first); else None."""
+    _check_shapes(q, k, v, names, whole=False)
+    per_launch = kv_heads_per_launch(q, k, v)
+    if per_launch is None:
+        return None
+    group = q.shape[1] // k.shape[1]
+    rows, keys = next(head_groups(1, per_launch, group, per_launch))
+    plan = build_plan(head_group_view(q, rows), head_group_view(k, keys),
+                      head_group_view(v, keys), names=names, **options)
+    return HeadGroupLaunches(plan.without_tensors(), per_launch)
 
 
 def causal_query_offset(causal, q_len: int, k_len: int) -> int | None:

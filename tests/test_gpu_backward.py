@@ -13,7 +13,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from cutile_fmha import attention, attention_with_lse
 from cutile_fmha.assets.measure import DTYPES, TOLERANCE_EPSILON
-from cutile_fmha.steps.reference import reference_gradients
+from cutile_fmha.steps.reference import reference, reference_gradients
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -164,3 +164,40 @@ def test_torch_compile_of_a_module_that_calls_it():
     # dK and dV the same; dQ, which D=64 adds with atomics in any order, to its rounding
     assert all(torch.equal(a, b) for a, b in zip(grads[1:], eager_grads[1:]))
     torch.testing.assert_close(grads[0], eager_grads[0], rtol=2e-3, atol=2e-3)
+
+
+def test_heads_past_32_bit_strides_run_in_groups_as_separate_calls():
+    """1024 K/V heads of 4096 keys with 4 query heads each, D=128: q, out and the gradients
+    hold 2^31 elements, past cuTile's 32-bit strides in one launch, so attention() and its
+    backward run two groups of 512 K/V heads (with their 2048 query heads) on views. Out,
+    LSE, dq, dk and dv equal calls on each half's heads apart bit for bit (causal: the two
+    deterministic backward kernels), and the output and gradients of the heads at the
+    groups' edges match float64."""
+    heads, kv_heads, n = 4096, 1024, 4096
+    q, k, v, grad_out = inputs(1, heads, kv_heads, n, n, 128, "bfloat16", seed=31)
+    assert q.numel() == 2 ** 31
+
+    def forward_backward(q, k, v, grad_out):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out, lse = attention_with_lse(q, k, v, is_causal=True, enable_gqa=True)
+        out.backward(grad_out)
+        return out.detach(), lse, q.grad, k.grad, v.grad
+
+    whole = forward_backward(q, k, v, grad_out)
+    for half in range(2):
+        rows, keys = slice(half * heads // 2, (half + 1) * heads // 2), \
+            slice(half * kv_heads // 2, (half + 1) * kv_heads // 2)
+        apart = forward_backward(*(t[:, side].contiguous() for t, side in
+                                   ((q, rows), (k, keys), (v, keys), (grad_out, rows))))
+        for got, want, side in zip(whole, apart, (rows, rows, rows, keys, keys)):
+            assert torch.equal(got[:, side], want)
+        del apart
+    for kv_head in (kv_heads // 2 - 1, kv_heads // 2):  # the groups' last and first
+        rows, keys = slice(kv_head * 4, kv_head * 4 + 4), slice(kv_head, kv_head + 1)
+        parts = [t[:, side] for t, side in ((q, rows), (k, keys), (v, keys), (grad_out, rows))]
+        want = (reference(*parts[:3], causal=True)[0], *reference_gradients(*parts, causal=True))
+        sdpa_out, sdpa_grads = gradients(F.scaled_dot_product_attention, *parts, is_causal=True)
+        ours = [t[:, side] for t, side in zip(whole[:1] + whole[2:], (rows, rows, keys, keys))]
+        for error, bar in zip(relative_errors(ours, want),
+                              relative_errors((sdpa_out, *sdpa_grads), want)):
+            assert error <= 2 * bar + TOLERANCE_EPSILON[q.dtype], (error, bar)

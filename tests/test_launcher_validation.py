@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cutile_fmha
-from cutile_fmha.steps import STEPS, attention, plan_launch
+from cutile_fmha.steps import STEPS, attention, backward, launcher, plan_launch
 from cutile_fmha.steps.launcher import split_head_dim, tile_head_dim
 from cutile_fmha.platforms.environment import CHECK_COMMAND
 
@@ -165,8 +165,6 @@ def test_tensors_on_cpu_and_gpu():
 
 
 def test_on_device_makes_a_launch_once_per_architecture_and_shape(monkeypatch):
-    from cutile_fmha.steps import launcher
-
     monkeypatch.setattr(launcher, "device_facts", lambda device: ("sm_90", 132))
     made = []
 
@@ -182,12 +180,16 @@ def test_on_device_makes_a_launch_once_per_architecture_and_shape(monkeypatch):
 
 def test_tensors_past_32_bit_strides():
     """cuTile takes 32-bit strides: a sequence whose heads x length x head dim passes 2^31
-    elements per batch entry (the outputs made for it would), or a view with a larger
-    stride, is refused by name (meta tensors: no memory needed)."""
-    long = torch.empty(1, 32, 2 ** 19, 128, dtype=torch.float16, device="meta")
-    with pytest.raises(ValueError, match=r"query is too long for the kernels' 32-bit strides"
-                                         r".*ring_attention"):
-        cutile_fmha.attention(long, long, long, is_causal=True)
+    elements per batch entry (the outputs made for it would) where no group of its heads
+    fits either (one head of 2^31 elements; 2^20 rows of 32 heads in (batch, seq, heads,
+    D) memory, where every head spans the whole), or a view with a larger stride, is
+    refused by name (meta tensors: no memory needed)."""
+    one_head = torch.empty(1, 1, 2 ** 24, 128, dtype=torch.float16, device="meta")
+    by_rows = torch.empty(1, 2 ** 20, 32, 128, dtype=torch.float16, device="meta").transpose(1, 2)
+    for long in (one_head, by_rows):
+        with pytest.raises(ValueError, match=r"query is too long for the kernels' 32-bit "
+                                             r"strides.*ring_attention"):
+            cutile_fmha.attention(long, long, long, is_causal=True)
     q = torch.empty(2, 2, 8, 64, dtype=torch.float16, device="meta")
     strided = torch.empty(0, dtype=torch.float16, device="meta").as_strided(
         (2, 2, 8, 64), (2 ** 31, 512, 64, 1))
@@ -206,3 +208,82 @@ def test_q_and_k_columns_split_in_two_power_of_two_tiles_where_they_cover_the_he
     assert split_head_dim(head_dim) == tiles
     main, tail = tiles
     assert main + tail == head_dim or (tail == 0 and main == tile_head_dim(head_dim))
+
+
+@pytest.mark.parametrize("shapes,per_launch", [
+    (((1, 32, 2 ** 19, 128),) * 3, 16),                  # 2^31 elements: two launches
+    (((1, 32, 2 ** 19, 128), (1, 8, 2 ** 19, 128), (1, 8, 2 ** 19, 128)), 4),  # 4 query heads each
+    (((1, 6, 2 ** 22, 128),) * 3, 3),                    # 3 x 2^29: the largest divisor
+    (((4, 32, 2 ** 16, 128),) * 3, None),                # 2^28 a batch entry: fits whole
+    (((1, 1, 2 ** 24, 128),) * 3, None),                 # one head of 2^31: no group fits
+])
+def test_heads_past_32_bit_strides_run_in_the_largest_groups_that_fit(shapes, per_launch):
+    q, k, v = (torch.empty(shape, dtype=torch.bfloat16, device="meta") for shape in shapes)
+    assert launcher.kv_heads_per_launch(q, k, v) == per_launch
+
+
+def test_a_view_whose_batch_stride_passes_32_bits_runs_whole_on_a_restrided_view():
+    """Half the heads of a (1, 64, 2^18, 128) tensor fit 32-bit offsets, but keep its batch
+    stride of 2^31, which cuTile refuses though the dimension has size 1: one launch of all
+    32 heads, on a view whose size-1 dimensions are strided as if packed."""
+    q = torch.empty(1, 64, 2 ** 18, 128, dtype=torch.bfloat16, device="meta")[:, :32]
+    assert q.stride()[0] == 2 ** 31
+    assert launcher.kv_heads_per_launch(q, q, q) == 32
+    rows, _ = next(launcher.head_groups(1, 32, 1, 32))
+    view = launcher.head_group_view(q, rows)
+    assert view.shape == q.shape and view.stride() == (2 ** 30, 2 ** 25, 128, 1)
+
+
+@pytest.mark.parametrize("rows,keys,causal", [  # a ring step's views of 2^31-element shards
+    (slice(None), slice(None), True), (slice(2 ** 18, None), slice(None), False),
+    (slice(None), slice(0, 2 ** 18), False)])
+def test_views_of_tensors_past_32_bits_launch_with_32_bit_strides(monkeypatch, rows, keys,
+                                                                   causal):
+    """Sequence slices of (1, 32, 2^19, 128) tensors, as ring_attention's steps take them:
+    the forward's and the backward's launches (stubbed; meta tensors) see no stride past 32
+    bits, size-1 dimensions included."""
+    strides = []
+
+    def launch(stream, grid, kernel, args):
+        strides.extend(t.stride() for t in args if isinstance(t, torch.Tensor))
+
+    class Plan:
+        def launch_on(self, *tensors):
+            launch(None, None, None, tensors)
+
+    monkeypatch.setattr(backward.ct, "launch", launch)
+    monkeypatch.setattr(backward, "device_facts", lambda device: ("sm_90", 132))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    q, k, v, out, grad_out = (torch.empty(1, 32, 2 ** 19, 128, dtype=torch.bfloat16,
+                                          device="meta") for _ in range(5))
+    lse = torch.empty(1, 32, 2 ** 19, device="meta")
+    q, out, grad_out, lse = (t[:, :, rows] for t in (q, out, grad_out, lse))
+    k, v = k[:, :, keys], v[:, :, keys]
+    launcher.HeadGroupLaunches(Plan(), launcher.kv_heads_per_launch(q, k, v)).launch_on(
+        q, k, v, out, lse)
+    backward.attention_backward(q, k, v, out, lse.contiguous(), grad_out, causal=causal)
+    assert strides and max(max(s) for s in strides) <= launcher.MAX_STRIDE
+
+
+def test_head_group_launches_run_one_plan_on_each_groups_views():
+    """Per batch entry and group of K/V heads, the plan's launch on views of the query
+    heads that read them (their rows of out and the LSE too) and of those K/V heads, each
+    with the group's own batch stride (cuTile refuses the whole tensor's past 32 bits)."""
+    launched = []
+
+    class Plan:
+        def launch_on(self, q, k, v, out, lse):
+            assert all(t.stride()[0] == t[0].numel() for t in (q, k, v, out, lse))
+            launched.append(tuple((t.storage_offset(), tuple(t.shape))
+                                  for t in (q, k, v, out, lse)))
+
+    q = torch.empty(2, 8, 3, 4)
+    k = torch.empty(2, 4, 5, 4)
+    lse = torch.empty(2, 8, 3)
+    launcher.HeadGroupLaunches(Plan(), 2).launch_on(q, k, k, torch.empty_like(q), lse)
+    query_side, key_side, lse_side = (1, 4, 3, 4), (1, 2, 5, 4), (1, 4, 3)
+    assert launched == [
+        ((batch * 96 + half * 48, query_side), (batch * 80 + half * 40, key_side),
+         (batch * 80 + half * 40, key_side), (batch * 96 + half * 48, query_side),
+         (batch * 24 + half * 12, lse_side))
+        for batch in range(2) for half in range(2)]
