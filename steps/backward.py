@@ -19,8 +19,8 @@ from ..platforms import HEAD_DIMS
 from ..platforms.backward import BackwardEntry, BackwardLaunch, backward_entry_for
 from ..platforms.entry import launch_head_dim
 from .family import DKDV, DQ, ROW_DOT, UNUSED_ARRAY, backward_constants
-from .launcher import (causal_query_offset, device_facts, head_group_view,
-                       head_groups, heads_per_launch, kv_heads_per_launch, rows_contiguous,
+from .launcher import (causal_query_offset, device_facts, head_group_views,
+                       heads_per_launch, kv_heads_per_launch, rows_contiguous,
                        softmax_scale, split_head_dim, tile_head_dim, with_hints)
 from .variants import NO_VARIANTS, Variants
 
@@ -54,15 +54,12 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     """Delta = rowsum(out * grad_out), float32 (batch, heads, q_len); past cuTile's 32-bit
     strides whole, by groups of heads (``heads_per_launch``)."""
     delta = out.new_empty(out.shape[:-1], dtype=torch.float32)
+    values = {"Out": out, "dOut": grad_out, "Delta": delta, "TILE_M": ROW_DOT_TILE_M,
+              "TILE_D": tile_head_dim(out.shape[-1])}
     per_launch = heads_per_launch([(out, 1), (grad_out, 1)], out.shape[1])
-    groups = [(out, grad_out, delta)] if per_launch is None else [
-        tuple(head_group_view(t, rows) for t in (out, grad_out, delta))
-        for rows, _ in head_groups(out.shape[0], out.shape[1], 1, per_launch)]
-    for group_out, group_grad_out, group_delta in groups:
-        values = {"Out": group_out, "dOut": group_grad_out, "Delta": group_delta,
-                  "TILE_M": ROW_DOT_TILE_M, "TILE_D": tile_head_dim(out.shape[-1])}
-        ct.launch(torch.cuda.current_stream(out.device), ROW_DOT.grid(values),
-                  kernels.row_dot, ROW_DOT.arguments(values))
+    for group in head_group_views(values, per_launch, out.shape[1]):
+        ct.launch(torch.cuda.current_stream(out.device), ROW_DOT.grid(group), kernels.row_dot,
+                  ROW_DOT.arguments(group))
     return delta
 
 
@@ -222,13 +219,8 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
                "Delta": row_dot(out, grad_out) if delta is None else delta, "dK": dk, "dV": dv,
                "dQ": dq, "qk_scale": scale, "query_offset": query_offset or 0}
-    per_launch = kv_heads_per_launch(q, k, v)
-    groups = [tensors] if per_launch is None else [  # past 32-bit strides whole: views
-        {name: head_group_view(t, keys if name in KEY_SIDE else rows)
-         if isinstance(t, torch.Tensor) else t
-         for name, t in tensors.items()}
-        for rows, keys in head_groups(batch, k.shape[1], heads // k.shape[1], per_launch)]
-    for group in groups:
+    for group in head_group_views(tensors, kv_heads_per_launch(q, k, v), k.shape[1],
+                                  heads // k.shape[1], key_side=KEY_SIDE):
         launch_gradient_kernels(BACKWARD_FAMILIES, group, causal=query_offset is not None,
                                 entry=entry, variants=variants)
     return dq, dk, dv

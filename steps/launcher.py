@@ -295,6 +295,20 @@ def head_group_view(t: torch.Tensor, index) -> torch.Tensor:
     return view.as_strided(view.shape, strides)
 
 
+def head_group_views(tensors: dict, per_launch: int | None, kv_heads: int,
+                     query_group: int = 1, key_side=()) -> list[dict]:
+    """What each launch takes of `tensors` (name -> tensor or scalar): `tensors` itself
+    where `per_launch` is None (they fit whole), else per batch entry and group of
+    `per_launch` K/V heads (``head_groups``) the views of its tensors (``head_group_view``;
+    those named in `key_side` on the K/V heads, the others on their query heads)."""
+    if per_launch is None:
+        return [tensors]
+    batch = next(t for t in tensors.values() if isinstance(t, torch.Tensor)).shape[0]
+    return [{name: head_group_view(t, keys if name in key_side else rows)
+             if isinstance(t, torch.Tensor) else t for name, t in tensors.items()}
+            for rows, keys in head_groups(batch, kv_heads, query_group, per_launch)]
+
+
 @dataclass(frozen=True)
 class HeadGroupLaunches:
     """One group's plan launched per batch entry and group of K/V heads (with their query
@@ -304,11 +318,10 @@ class HeadGroupLaunches:
     kv_heads: int  # per launch
 
     def launch_on(self, q, k, v, out, lse) -> None:
-        for rows, keys in head_groups(q.shape[0], k.shape[1], q.shape[1] // k.shape[1],
-                                      self.kv_heads):
-            self.plan.launch_on(*(head_group_view(t, index) for t, index in
-                                  ((q, rows), (k, keys), (v, keys), (out, rows))),
-                                lse if lse is UNUSED_ARRAY else head_group_view(lse, rows))
+        for group in head_group_views({"q": q, "k": k, "v": v, "out": out, "lse": lse},
+                                      self.kv_heads, k.shape[1], q.shape[1] // k.shape[1],
+                                      key_side=("k", "v")):
+            self.plan.launch_on(**group)
 
     def without_tensors(self) -> "HeadGroupLaunches":
         return self

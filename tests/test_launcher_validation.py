@@ -248,8 +248,8 @@ def test_views_of_tensors_past_32_bits_launch_with_32_bit_strides(monkeypatch, r
         strides.extend(t.stride() for t in args if isinstance(t, torch.Tensor))
 
     class Plan:
-        def launch_on(self, *tensors):
-            launch(None, None, None, tensors)
+        def launch_on(self, q, k, v, out, lse):
+            launch(None, None, None, (q, k, v, out, lse))
 
     monkeypatch.setattr(backward.ct, "launch", launch)
     monkeypatch.setattr(backward, "device_facts", lambda device: ("sm_90", 132))
