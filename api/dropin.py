@@ -15,8 +15,8 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 from .steps.backward import attention_backward, row_dot
 from .steps.launcher import (HEAD_DIMS, HeadGroupLaunches, LaunchPlan, Names, _check_devices,
                              _check_shapes, build_head_group_plan, build_plan,
-                             causal_query_offset, is_padded, past_32_bits, remember,
-                             rows_contiguous, softmax_scale)
+                             causal_query_offset, is_padded, kv_heads_per_launch,
+                             past_32_bits, remember, rows_contiguous, softmax_scale)
 from .steps.family import UNUSED_ARRAY
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient, variants_forward
 
@@ -293,25 +293,35 @@ _forward_variants.register_autograd(_variants_gradients,
                                     setup_context=_save_variants_for_backward)
 
 
-def _check_padded_shapes(query, key, value) -> None:
-    _check_shapes(query, key, value, SDPA_NAMES, padded=True)
+def _check_padded_shapes(query, key, value) -> tuple[int | None]:
+    """The variants' kernel's checks; returns (K/V heads per launch: None where the tensors
+    fit cuTile's 32-bit strides whole, else ``kv_heads_per_launch``'s groups), a tuple so
+    that ``checked_once`` remembers None too."""
+    _check_shapes(query, key, value, SDPA_NAMES, padded=True, whole=False)
+    per_launch = kv_heads_per_launch(query, key, value)
+    if per_launch is None:  # whole, or no group fits: then the whole check says why
+        _check_shapes(query, key, value, SDPA_NAMES, padded=True)
     _check_devices([("query", query), ("key", key), ("value", value)])
+    return (per_launch,)
 
 
-# Shape keys whose tensors the variants' kernel has checked.
-_PADDED_CHECKED: dict[tuple, None] = {}
+# Shape keys whose tensors the variants' kernel has checked, with their K/V heads per launch.
+_PADDED_CHECKED: dict[tuple, tuple[int | None]] = {}
 
 
 def variants_launch(query, key, value, sinks, causal: str, scale: float, with_lse: bool,
                     variants: Variants):
     """(out, lse or None) of the variants' kernel (any head dim it pads, value's possibly
-    not query's), the shapes checked once per shape key."""
-    checked_once(_PADDED_CHECKED, _check_padded_shapes, (query, key, value), tensors=3)
+    not query's), the shapes checked once per shape key; past cuTile's 32-bit strides
+    whole, per batch entry and group of heads."""
+    (per_launch,) = checked_once(_PADDED_CHECKED, _check_padded_shapes, (query, key, value),
+                                 tensors=3)
     query_offset = causal_query_offset(_launcher_causal(causal), query.shape[2], key.shape[2])
     if sinks is not None:
         _check_devices([("query", query), ("sinks", sinks)])
     return variants_forward(query, key, value, query_offset=query_offset, scale=scale,
-                            with_lse=with_lse, variants=variants, sinks=sinks)
+                            with_lse=with_lse, variants=variants, sinks=sinks,
+                            kv_heads_per_launch=per_launch)
 
 
 def needs_grad(*tensors) -> bool:

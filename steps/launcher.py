@@ -285,8 +285,9 @@ def head_groups(batch: int, kv_heads: int, query_group: int, per_launch: int):
 def head_group_view(t: torch.Tensor, index) -> torch.Tensor:
     """t[index], one batch entry's group of heads (``head_groups``), each dimension of size 1
     strided by the extent of those after it (as if packed, where they are): cuTile refuses
-    a stride past 32 bits even there, where it moves no address."""
-    view = t[index]
+    a stride past 32 bits even there, where it moves no address. A (heads,) tensor (the
+    sinks) takes the group's heads alone."""
+    view = t[index[-t.dim():]]
     strides = list(view.stride())
     for dim in reversed(range(view.dim() - 1)):
         if view.shape[dim] == 1:

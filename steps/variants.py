@@ -14,8 +14,8 @@ from ..kernels import variants as kernels
 from ..platforms import PlatformEntry
 from .definitions import QUERY_TILE_STEP, STEPS
 from .family import FORWARD_VARIANTS, UNUSED_ARRAY, forward_constants
-from .launcher import (current_stream, on_device, sinks_argument, split_head_dim,
-                       tile_head_dim, with_hints)
+from .launcher import (current_stream, head_group_views, on_device, sinks_argument,
+                       split_head_dim, tile_head_dim, with_hints)
 
 
 
@@ -104,11 +104,14 @@ def variants_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_
 
 def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_lse: bool,
                      variants: Variants, sinks: torch.Tensor | None = None,
-                     platform: PlatformEntry | None = None):
+                     platform: PlatformEntry | None = None,
+                     kv_heads_per_launch: int | None = None):
     """(out, lse or None) of q (batch, heads, q_len, D) against k (batch, kv_heads, k_len,
     D), v (batch, kv_heads, k_len, D_v) with `variants`: out (batch, heads, q_len, D_v);
     query_offset: the causal diagonal's (None: not causal; the window is then aligned
-    top-left). sinks: (heads,) when variants.sinks.
+    top-left). sinks: (heads,) when variants.sinks. kv_heads_per_launch: for tensors past
+    cuTile's 32-bit strides whole, the K/V heads each launch takes (with their query
+    heads), per batch entry (``launcher.kv_heads_per_launch``); None: one launch.
     Arguments checked by the caller (cutile_fmha.dropin)."""
     causal = query_offset is not None
     shape = dict(head_dim=q.shape[-1], value_head_dim=v.shape[-1],
@@ -123,6 +126,8 @@ def variants_forward(q, k, v, *, query_offset: int | None, scale: float, with_ls
               "query_offset": query_offset or 0, **constants,
               **variants.values(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal,
                                 sinks=sinks)}
-    ct.launch(current_stream(q.device), FORWARD_VARIANTS.grid(values), kernel,
-              FORWARD_VARIANTS.arguments(values))
+    for group in head_group_views(values, kv_heads_per_launch, k.shape[1], shape["query_group"],
+                                  key_side=("K", "V")):
+        ct.launch(current_stream(q.device), FORWARD_VARIANTS.grid(group), kernel,
+                  FORWARD_VARIANTS.arguments(group))
     return out, lse

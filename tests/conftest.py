@@ -1,5 +1,6 @@
 """Shared fixtures."""
 
+import fcntl
 import math
 from collections import Counter
 
@@ -234,3 +235,15 @@ def queries_in_chunks(monkeypatch):
     rows per K/V head at every head dim whose columns it pads (``query_chunk_rows``;
     sm_90's: 16384 from 65536 at D=128's launch only), so that small problems run it."""
     return _sm_90_backward_with_dkdv_dq(monkeypatch, chunk_query_rows=128)
+
+
+@pytest.fixture
+def large_gpu_memory(tmp_path_factory):
+    """For a test that takes tens of GB of GPU memory: one such test at a time across
+    pytest-xdist's workers (a lock file in their shared temporary directory), its cached
+    memory handed back after it."""
+    lock = tmp_path_factory.getbasetemp().parent / "large-gpu-memory.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+        torch.cuda.empty_cache()

@@ -166,7 +166,7 @@ def test_torch_compile_of_a_module_that_calls_it():
     torch.testing.assert_close(grads[0], eager_grads[0], rtol=2e-3, atol=2e-3)
 
 
-def test_heads_past_32_bit_strides_run_in_groups_as_separate_calls():
+def test_heads_past_32_bit_strides_run_in_groups_as_separate_calls(large_gpu_memory):
     """1024 K/V heads of 4096 keys with 4 query heads each, D=128: q, out and the gradients
     hold 2^31 elements, past cuTile's 32-bit strides in one launch, so attention() and its
     backward run two groups of 512 K/V heads (with their 2048 query heads) on views. Out,

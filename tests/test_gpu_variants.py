@@ -192,6 +192,55 @@ def test_variants_gradients_with_dq_added_atomically(dq_added_atomically, case, 
     test_variants_gradients_match_float64_autograd(case, head_dim)
 
 
+def test_variants_past_32_bit_strides_run_in_groups_as_separate_calls(large_gpu_memory):
+    """The window, softcap and sinks together on D=96 (split columns), 6144 query heads
+    to 1536 K/V heads of 4096 rows: q holds 2.4 x 10^9 elements, past cuTile's 32-bit
+    strides in one launch, so attention() and its backward run two groups of 768 K/V
+    heads on views. Out, LSE, dk and dv equal calls on each half's heads apart bit for
+    bit; dq and dsinks, summed in other orders (dQ's atomics, the sinks' sums over other
+    shapes), within 1e-2 of their largest entries; the heads at the groups' edges match
+    float64 autograd within 2% of each gradient's largest entry."""
+    heads, kv_heads, n, window, softcap = 6144, 1536, 4096, (1024, -1), 5.0
+    q, k, v = inputs(1, heads, kv_heads, n, n, 96, "bfloat16", seed=96)
+    q.mul_(3)  # scores of several units, so that the cap bites
+    assert q.numel() > 2 ** 31
+    generator = torch.Generator(device="cuda").manual_seed(97)
+    sinks = torch.randn(heads, generator=generator, device="cuda")
+    grad = torch.randn(q.shape, generator=generator, device="cuda", dtype=q.dtype)
+
+    def forward_backward(q, k, v, sinks, grad):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+        out, lse = attention_with_lse(*leaves[:3], is_causal=True, enable_gqa=True,
+                                      window_size=window, softcap=softcap, sinks=leaves[3])
+        out.backward(grad)
+        return out.detach(), lse, *(t.grad for t in leaves)
+
+    whole = forward_backward(q, k, v, sinks, grad)
+    for half in range(2):
+        rows, keys = slice(half * heads // 2, (half + 1) * heads // 2), \
+            slice(half * kv_heads // 2, (half + 1) * kv_heads // 2)
+        apart = forward_backward(q[:, rows], k[:, keys], v[:, keys], sinks[rows], grad[:, rows])
+        for name, got, want, side in zip(("out", "lse", "dq", "dk", "dv", "dsinks"), whole,
+                                         apart, (rows, rows, rows, keys, keys, rows)):
+            got = got[side] if name == "dsinks" else got[:, side]
+            if name in ("dq", "dsinks"):
+                assert (got - want).abs().max() <= 1e-2 * want.abs().max(), name
+            else:
+                assert torch.equal(got, want), name
+        del apart
+    seen = visible(n, n, 0, True, window, q.device)
+    for kv_head in (kv_heads // 2 - 1, kv_heads // 2):  # the groups' last and first
+        rows, keys = slice(kv_head * 4, kv_head * 4 + 4), slice(kv_head, kv_head + 1)
+        wide = [t.detach().double().requires_grad_()
+                for t in (q[:, rows], k[:, keys], v[:, keys], sinks[rows])]
+        expected, _ = reference(*wide[:3], seen, 96 ** -0.5, softcap, wide[3])
+        expected.backward(grad[:, rows].double())
+        ours = (whole[0][:, rows], whole[2][:, rows], whole[3][:, keys], whole[4][:, keys],
+                whole[5][rows])
+        for got, want in zip(ours, (expected, *(t.grad for t in wide))):
+            assert (got.double() - want).abs().max() <= 2e-2 * want.abs().max()
+
+
 def test_variants_compile_with_torch_compile():
     q, k, v = inputs(1, 4, 2, 256, 256, 128, "bfloat16", seed=2)
     sinks = torch.randn(4, device="cuda")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cutile_fmha
-from cutile_fmha.steps import STEPS, attention, backward, launcher, plan_launch
+from cutile_fmha.steps import STEPS, attention, backward, launcher, plan_launch, variants
 from cutile_fmha.steps.launcher import split_head_dim, tile_head_dim
 from cutile_fmha.platforms.environment import CHECK_COMMAND
 
@@ -183,13 +183,14 @@ def test_tensors_past_32_bit_strides():
     elements per batch entry (the outputs made for it would) where no group of its heads
     fits either (one head of 2^31 elements; 2^20 rows of 32 heads in (batch, seq, heads,
     D) memory, where every head spans the whole), or a view with a larger stride, is
-    refused by name (meta tensors: no memory needed)."""
+    refused by name (meta tensors: no memory needed), by the variants' kernel too."""
     one_head = torch.empty(1, 1, 2 ** 24, 128, dtype=torch.float16, device="meta")
     by_rows = torch.empty(1, 2 ** 20, 32, 128, dtype=torch.float16, device="meta").transpose(1, 2)
     for long in (one_head, by_rows):
-        with pytest.raises(ValueError, match=r"query is too long for the kernels' 32-bit "
-                                             r"strides.*ring_attention"):
-            cutile_fmha.attention(long, long, long, is_causal=True)
+        for variant in ({}, {"softcap": 30.0}):
+            with pytest.raises(ValueError, match=r"query is too long for the kernels' 32-bit "
+                                                 r"strides.*ring_attention"):
+                cutile_fmha.attention(long, long, long, is_causal=True, **variant)
     q = torch.empty(2, 2, 8, 64, dtype=torch.float16, device="meta")
     strided = torch.empty(0, dtype=torch.float16, device="meta").as_strided(
         (2, 2, 8, 64), (2 ** 31, 512, 64, 1))
@@ -263,6 +264,41 @@ def test_views_of_tensors_past_32_bits_launch_with_32_bit_strides(monkeypatch, r
         q, k, v, out, lse)
     backward.attention_backward(q, k, v, out, lse.contiguous(), grad_out, causal=causal)
     assert strides and max(max(s) for s in strides) <= launcher.MAX_STRIDE
+
+
+def test_variants_past_32_bits_launch_per_group_of_heads_with_their_sinks(monkeypatch):
+    """The variants' kernel (softcap, window and sinks, D=96 on split columns) on a query
+    of 96 heads x 2^18 rows, 4 to a K/V head (2.4 x 2^30 elements: past 32-bit strides):
+    two launches of 12 K/V heads and their 48 query heads (stubbed; meta tensors), each on
+    its heads' rows of q, out and the LSE, of k and v, and of the sinks, no stride past
+    32 bits."""
+    launched = []
+
+    def launch(stream, grid, kernel, args):
+        launched.append((grid, [t for t in args if isinstance(t, torch.Tensor)]))
+
+    monkeypatch.setattr(variants.ct, "launch", launch)
+    monkeypatch.setattr(variants, "current_stream", lambda device: None)
+    monkeypatch.setattr(launcher, "device_facts", lambda device: ("sm_90", 132))
+    rows = 2 ** 18
+    q = torch.empty(1, 96, rows, 96, dtype=torch.bfloat16, device="meta")
+    k, v = (torch.empty(1, 24, rows, 96, dtype=torch.bfloat16, device="meta") for _ in range(2))
+    sinks = torch.empty(96, device="meta")
+    per_launch = launcher.kv_heads_per_launch(q, k, v)
+    assert per_launch == 12
+    out, lse = variants.variants_forward(
+        q, k, v, query_offset=0, scale=0.1, with_lse=True, sinks=sinks,
+        variants=variants.Variants(window=(1024, 0), softcap=30.0, sinks=True),
+        kv_heads_per_launch=per_launch)
+    assert len(launched) == 2
+    for group, (grid, (q_view, k_view, v_view, out_view, lse_view, sinks_view)) in \
+            enumerate(launched):
+        assert grid[1:] == (48, 1)
+        assert max(max(t.stride()) for t in (q_view, k_view, v_view, out_view, lse_view)) \
+            <= launcher.MAX_STRIDE
+        assert [t.storage_offset() for t in (q_view, out_view, lse_view, k_view, v_view)] == \
+            [group * 48 * rows * 96] * 2 + [group * 48 * rows] + [group * 12 * rows * 96] * 2
+        assert sinks_view.shape == (48,) and sinks_view.storage_offset() == group * 48
 
 
 def test_head_group_launches_run_one_plan_on_each_groups_views():
