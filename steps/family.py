@@ -21,6 +21,12 @@ from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSig
 from ..platforms import TileShape
 
 TMA_ALIGNMENT_BYTES = 16  # PyTorch's allocations and strides that are multiples of this
+# A run-time compile assumes of each dimension of an array what the call's shape gives
+# (cuTile specializes a kernel on which of them are multiples of 16). The compile-only
+# export has no shape: it assumes the head dim a multiple of this, as every head dim of the
+# platform tables is, so that it builds the kernels those calls run. Without it tileiras
+# stores the output's tiles element by element instead of by TMA.
+HEAD_DIM_MULTIPLE = 16
 # What a launch passes for an array its constants leave untouched (a Tensor's read_when
 # off): an int, which the kernel is compiled to take as a scalar. Each array argument costs
 # ct.launch about half a microsecond of host time (its DLPack conversion); a scalar, none.
@@ -51,7 +57,8 @@ class Tensor:
     bounds, a block table). `read_when`: the boolean constant without which the kernels
     never touch it (None: always read); `read_unless`: the one with which they never do
     (None: none); a launch then passes UNUSED_ARRAY. `float32_when`: the boolean constant
-    with which it is float32 whatever the inputs' dtype."""
+    with which it is float32 whatever the inputs' dtype. `head_dim_last`: its last dimension
+    is the head dim (``HEAD_DIM_MULTIPLE``)."""
     name: str
     rank: int
     dtype: ct.DType | None = None
@@ -59,6 +66,7 @@ class Tensor:
     read_when: str | None = None
     read_unless: str | None = None
     float32_when: str | None = None
+    head_dim_last: bool = False
 
     def read(self, constants: dict) -> bool:
         """Whether a launch with these constants reads this array."""
@@ -67,13 +75,15 @@ class Tensor:
 
     def constraint(self, input_dtype: ct.DType) -> ArrayConstraint:
         """Last dimension contiguous, other strides multiples of 16 bytes (of one element
-        where not `aligned`)."""
+        where not `aligned`); a head dim last, a multiple of HEAD_DIM_MULTIPLE."""
         dtype = self.dtype or input_dtype
         per_alignment = TMA_ALIGNMENT_BYTES // (dtype.bitwidth // 8) if self.aligned else 1
         return ArrayConstraint(dtype, self.rank, index_dtype=ct.int32, stride_lower_bound_incl=0,
                                alias_groups=(), may_alias_internally=False,
                                stride_constant=(None,) * (self.rank - 1) + (1,),
                                stride_divisible_by=(per_alignment,) * (self.rank - 1) + (1,),
+                               shape_divisible_by=(1,) * (self.rank - 1)
+                               + (HEAD_DIM_MULTIPLE if self.head_dim_last else 1,),
                                base_addr_divisible_by=TMA_ALIGNMENT_BYTES if self.aligned
                                else dtype.bitwidth // 8)
 
@@ -190,7 +200,8 @@ def tiles_per_head(tensor: str, tile: str) -> Callable[[dict], tuple[int, int, i
                            values[tensor].shape[1], values[tensor].shape[0])
 
 
-_QKV = (Tensor("Q", 4), Tensor("K", 4), Tensor("V", 4))
+_QKV = tuple(Tensor(name, 4, head_dim_last=True) for name in ("Q", "K", "V"))
+_OUT = Tensor("Out", 4, head_dim_last=True)
 # Every forward family's first parameters: a plan's launch on new tensors replaces these.
 FORWARD_TENSORS = ("Q", "K", "V", "Out", "Lse")
 # What every attention kernel (forward, dK/dV, dQ) takes after its tensors.
@@ -201,7 +212,7 @@ _LSE = Tensor("Lse", 3, ct.float32, read_when="WRITE_LSE")
 _SINKS = Tensor("Sinks", 1, ct.float32, aligned=False, read_when="SINKS")
 FORWARD = KernelFamily(
     name="forward",
-    parameters=_QKV + (Tensor("Out", 4), _LSE) + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
+    parameters=_QKV + (_OUT, _LSE) + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
     grid=tiles_per_head("Q", "TILE_M"),
 )
 
@@ -211,7 +222,8 @@ FORWARD = KernelFamily(
 # factors of Q (batch, heads), K and V (batch, kv_heads). The grid is FORWARD's.
 FORWARD_FP8 = KernelFamily(
     name="forward, float8",
-    parameters=_QKV + (Tensor("Out", 4, ct.bfloat16), _LSE)
+    parameters=_QKV[:2] + (Tensor("V", 4), Tensor("Out", 4, ct.bfloat16, head_dim_last=True),
+                           _LSE)
     + tuple(Tensor(name, 2, ct.float32, aligned=False)
             for name in ("QDescale", "KDescale", "VDescale"))
     + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
@@ -233,7 +245,7 @@ _VARIANT_SCALARS = (Scalar("softcap", ct.float32), Scalar("window_left", ct.int3
 _PADDED_TILES = _ATTENTION_SETTINGS[2:3] + (Constant("TILE_DV"),) + _ATTENTION_SETTINGS[3:]
 FORWARD_VARIANTS = KernelFamily(
     name="forward, variants",
-    parameters=_QKV + (Tensor("Out", 4), _LSE, _SINKS)
+    parameters=_QKV + (_OUT, _LSE, _SINKS)
     + _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[:1]
     + (Constant("TILE_D_TAIL"),) + _PADDED_TILES[1:] + (Constant("WRITE_LSE"),)
     + tuple(Constant(name) for name in VARIANT_CONSTANTS),
@@ -343,11 +355,11 @@ def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
 # row_dot(Out, dOut, Delta, TILE_M, TILE_D): Delta (batch, heads, q_len) float32.
 ROW_DOT = KernelFamily(
     name="backward row_dot",
-    parameters=(Tensor("Out", 4), Tensor("dOut", 4), Tensor("Delta", 3, ct.float32),
+    parameters=(_OUT, Tensor("dOut", 4, head_dim_last=True), Tensor("Delta", 3, ct.float32),
                 Constant("TILE_M"), Constant("TILE_D")),
     grid=tiles_per_head("Out", "TILE_M"),
 )
-_BACKWARD_INPUTS = _QKV + (Tensor("dO", 4), Tensor("Lse", 3, ct.float32),
+_BACKWARD_INPUTS = _QKV + (Tensor("dO", 4, head_dim_last=True), Tensor("Lse", 3, ct.float32),
                            Tensor("Delta", 3, ct.float32))
 # After their tensors both take FORWARD_VARIANTS's settings (the softcap's and the window's
 # run-time values, TILE_D_TAIL, TILE_DV), and SOFTCAP and WINDOW last (the sinks' terms are
@@ -361,16 +373,17 @@ _BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[
 # ADD_TO_DKDV (last) it adds its dK and dV to the float32 ones it is handed.
 DKDV = KernelFamily(
     name="backward dkdv",
-    parameters=_BACKWARD_INPUTS + (Tensor("dK", 4, float32_when="ADD_TO_DKDV"),
-                                   Tensor("dV", 4, float32_when="ADD_TO_DKDV"),
-                                   Tensor("dQAcc", 4, ct.float32, read_when="ATOMIC_DQ"))
+    parameters=_BACKWARD_INPUTS
+    + tuple(Tensor(name, 4, float32_when="ADD_TO_DKDV", head_dim_last=True)
+            for name in ("dK", "dV"))
+    + (Tensor("dQAcc", 4, ct.float32, read_when="ATOMIC_DQ", head_dim_last=True),)
     + _BACKWARD_SETTINGS + (Constant("ATOMIC_DQ"), Constant("ADD_TO_DKDV")),
     grid=tiles_per_head("K", "TILE_N"),
 )
 # dq(...): one CTA per TILE_M query rows of one head; dQ like Q.
 DQ = KernelFamily(
     name="backward dq",
-    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4),) + _BACKWARD_SETTINGS,
+    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4, head_dim_last=True),) + _BACKWARD_SETTINGS,
     grid=tiles_per_head("Q", "TILE_M"),
 )
 
@@ -419,8 +432,9 @@ _CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False, read_when=switch)
                       for name, switch in (("KeyStarts", "HAS_STARTS"),
                                            ("KeyEnds", "HAS_LENGTHS"))) + \
     (Tensor("BlockTable", 2, ct.int32, aligned=False, read_when="PAGED"),)
-_OUTPUTS_AND_PARTIALS = (Tensor("Out", 4), _LSE,
-                         Tensor("Partial", 5, ct.float32, read_when="SPLIT"),
+_OUTPUTS_AND_PARTIALS = (_OUT, _LSE,
+                         Tensor("Partial", 5, ct.float32, read_when="SPLIT",
+                                head_dim_last=True),
                          Tensor("PartialLse", 4, ct.float32, read_when="SPLIT"))
 # The variants as in FORWARD_VARIANTS: Sinks after the lookups, softcap and window_left
 # (keys before each row's diagonal; the window's right side is the causal mask's) after
@@ -438,8 +452,8 @@ DECODE = KernelFamily(
 )
 MERGE_SPLITS = KernelFamily(
     name="decode merge_splits",
-    parameters=(Tensor("Partial", 5, ct.float32), Tensor("PartialLse", 4, ct.float32),
-                Tensor("Out", 4), _LSE, Constant("TILE_D"),
+    parameters=(Tensor("Partial", 5, ct.float32, head_dim_last=True),
+                Tensor("PartialLse", 4, ct.float32), _OUT, _LSE, Constant("TILE_D"),
                 Constant("SPLITS_TILE"), Constant("QUERY_GROUP"), Constant("QUERY_ROWS"),
                 Constant("WRITE_LSE")),
     grid=lambda values: (values["QUERY_GROUP"] * values["q_len"], values["kv_heads"],
