@@ -1,18 +1,21 @@
-"""Tile stores by TMA against element by element: the package as it is against a copy of it
-with the kernels' files at cccc6d0 (at_cccc6d0/: the output, dK, dV and dQ stored without
-`with_16_byte_rows`), in one process on one GPU, bf16, CUDA-graph replays
-(triton.testing.do_bench_cudagraph) in rotating rounds with SDPA's cuDNN forward.
+"""Tile stores by TMA against element by element: the package against a copy of it with
+tma-stores.diff applied (the output, dK, dV and dQ stored through `with_16_byte_rows`, the
+head dim declared a multiple of 8), in one process on one GPU, bf16, CUDA-graph replays
+(triton.testing.do_bench_cudagraph) in rotating rounds with SDPA's cuDNN forward. (The run
+of tma-store-ab.log had the diff in the package and cccc6d0's kernel files in the copy: the
+same two sets of kernels, "new" and "old".)
 
-First it reads cuTile's kernel cache (CUDA_TILE_CACHE_DIR, fresh for this run) for the
+Last it reads cuTile's kernel cache (CUDA_TILE_CACHE_DIR, fresh for this run) for the
 remark tileiras writes where it does not select a TMA store, per kernel: whether the
 kernels the launcher compiles at run time (not the compile-only export) store by TMA.
-Run: CUDA_TILE_CACHE_DIR=$OUT/ctcache python tma_store_ab.py [--out DIR]"""
+Run: CUDA_TILE_CACHE_DIR=/tmp/ctcache python tma_store_ab.py [--out DIR]"""
 
 import argparse
 import importlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import torch
@@ -24,24 +27,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
 
 
-def package_at_cccc6d0():
-    """cutile_fmha_old: the package's folders copied, the kernels' files of at_cccc6d0/."""
-    dst = "/tmp/tma-store-alt/cutile_fmha_old"
+def package_with_diff(name: str, diff: str):
+    """The package's folders copied as `name`, `diff` applied, its custom operators renamed
+    (they must not collide with the package's)."""
+    dst = f"/tmp/tma-store-alt/{name}"
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(os.path.join(ROOT, "api"), dst)
     for sub in ("kernels", "steps", "platforms", "assets"):
         shutil.copytree(os.path.join(ROOT, sub), os.path.join(dst, sub))
-    for name in os.listdir(os.path.join(HERE, "at_cccc6d0")):
-        shutil.copy(os.path.join(HERE, "at_cccc6d0", name), os.path.join(dst, "kernels", name))
-    for folder, _, files in os.walk(dst):  # custom operators of their own name
-        for name in (f for f in files if f.endswith(".py")):
-            path = os.path.join(folder, name)
+    subprocess.run(["patch", "-p1", "-d", dst, "-i", os.path.join(HERE, diff)], check=True)
+    for folder, _, files in os.walk(dst):
+        for file in (f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, file)
             with open(path) as f:
                 text = f.read()
             with open(path, "w") as f:
-                f.write(text.replace('"cutile_fmha::', '"cutile_fmha_old::'))
+                f.write(text.replace('"cutile_fmha::', f'"{name}::'))
     sys.path.insert(0, os.path.dirname(dst))
-    return importlib.import_module("cutile_fmha_old")
+    return importlib.import_module(name)
 
 
 parser = argparse.ArgumentParser()
@@ -49,10 +52,10 @@ parser.add_argument("--out", default=".")
 parser.add_argument("--rounds", type=int, default=5)
 args = parser.parse_args()
 
-import cutile_fmha as new  # noqa: E402
-from cutile_fmha.steps.backward import attention_backward as new_backward  # noqa: E402
-old = package_at_cccc6d0()
-from cutile_fmha_old.steps.backward import attention_backward as old_backward  # noqa: E402
+import cutile_fmha as old  # noqa: E402
+from cutile_fmha.steps.backward import attention_backward as old_backward  # noqa: E402
+new = package_with_diff("cutile_fmha_tma", "tma-stores.diff")
+from cutile_fmha_tma.steps.backward import attention_backward as new_backward  # noqa: E402
 
 FORWARD = [  # (B, H, Hkv, N, D, causal)
     (4, 32, 32, 4096, 128, True), (4, 32, 32, 4096, 128, False), (4, 32, 32, 16384, 128, True),
