@@ -64,6 +64,19 @@ def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim, causal
         assert not re.search(r"\b(STL|LDL)\b", code), "local-memory traffic in the SASS"
 
 
+def test_outputs_and_gradients_are_stored_by_tma_as_in_the_run_time_kernels():
+    """The export declares the head dim a multiple of 16, as each run-time compile of these
+    shapes knows it (steps/family.py's HEAD_DIM_MULTIPLE): step 9's output and the
+    backward's dK, dV and dQ tiles are stored by TMA (UTMASTG), not element by element
+    (STG.E.U16, what tileiras 13.5 compiles without it: docs/performance.md, "The
+    compile-only export against the kernels that run")."""
+    options = dict(dtype="bfloat16", head_dim=128, causal=True)
+    for cubin in [compile_step(9, "sm_90", **options)] + \
+            [compile_backward(name, "sm_90", **options) for name in ("dkdv", "dq")]:
+        code = sass(cubin)
+        assert "UTMASTG" in code and "STG.E.U16" not in code
+
+
 def test_approximate_division_is_a_hardware_reciprocal():
     before, after = (sass(compile_step(step.number, "sm_90", dtype="float16", head_dim=128,
                                        causal=False))
