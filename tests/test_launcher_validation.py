@@ -268,7 +268,7 @@ def test_views_of_tensors_past_32_bits_launch_with_32_bit_strides(monkeypatch, r
 
 def test_variants_past_32_bits_launch_per_group_of_heads_with_their_sinks(monkeypatch):
     """The variants' kernel (softcap, window and sinks, D=96 on split columns) on a query
-    of 96 heads x 2^18 rows, 4 to a K/V head (2.4 x 2^30 elements: past 32-bit strides):
+    of 96 heads x 2^18 rows, 4 to a K/V head (1.125 x 2^31 elements: past 32-bit strides):
     two launches of 12 K/V heads and their 48 query heads (stubbed; meta tensors), each on
     its heads' rows of q, out and the LSE, of k and v, and of the sinks, no stride past
     32 bits."""
