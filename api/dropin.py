@@ -14,9 +14,9 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward, row_dot
 from .steps.launcher import (HEAD_DIMS, HeadGroupLaunches, LaunchPlan, Names, _check_devices,
-                             _check_shapes, build_head_group_plan, build_plan,
-                             causal_query_offset, is_padded, kv_heads_per_launch,
-                             past_32_bits, remember, rows_contiguous, softmax_scale)
+                             build_head_group_plan, build_plan, causal_query_offset,
+                             checked_kv_heads_per_launch, is_padded, past_32_bits, remember,
+                             rows_contiguous, softmax_scale)
 from .steps.family import UNUSED_ARRAY
 from .steps.variants import NO_VARIANTS, Variants, sinks_gradient, variants_forward
 
@@ -297,10 +297,7 @@ def _check_padded_shapes(query, key, value) -> tuple[int | None]:
     """The variants' kernel's checks; returns (K/V heads per launch: None where the tensors
     fit cuTile's 32-bit strides whole, else ``kv_heads_per_launch``'s groups), a tuple so
     that ``checked_once`` remembers None too."""
-    _check_shapes(query, key, value, SDPA_NAMES, padded=True, whole=False)
-    per_launch = kv_heads_per_launch(query, key, value)
-    if per_launch is None:  # whole, or no group fits: then the whole check says why
-        _check_shapes(query, key, value, SDPA_NAMES, padded=True)
+    per_launch = checked_kv_heads_per_launch(query, key, value, SDPA_NAMES, padded=True)
     _check_devices([("query", query), ("key", key), ("value", value)])
     return (per_launch,)
 

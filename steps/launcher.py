@@ -328,12 +328,22 @@ class HeadGroupLaunches:
         return self
 
 
+def checked_kv_heads_per_launch(q, k, v, names: Names, *, padded: bool = False) -> int | None:
+    """q, k and v checked as the kernels take them (``_check_shapes``), and the K/V heads
+    each launch takes (``kv_heads_per_launch``): None where they fit cuTile's 32-bit strides
+    whole; a ValueError where neither they nor any group of their heads does."""
+    _check_shapes(q, k, v, names, padded=padded, whole=False)
+    per_launch = kv_heads_per_launch(q, k, v)
+    if per_launch is None:  # whole, or no group fits: then the whole check says why
+        _check_shapes(q, k, v, names, padded=padded)
+    return per_launch
+
+
 def build_head_group_plan(q, k, v, *, names: Names, **options) -> HeadGroupLaunches | None:
     """Where q, k or v pass cuTile's 32-bit strides whole but groups of their heads do not
-    (``kv_heads_per_launch``), ``build_plan``'s plan for one group, launched per group (the
-    tensors checked whole first); else None."""
-    _check_shapes(q, k, v, names, whole=False)
-    per_launch = kv_heads_per_launch(q, k, v)
+    (``checked_kv_heads_per_launch``), ``build_plan``'s plan for one group, launched per
+    group; None where they fit whole."""
+    per_launch = checked_kv_heads_per_launch(q, k, v, names)
     if per_launch is None:
         return None
     group = q.shape[1] // k.shape[1]
