@@ -84,6 +84,7 @@ from cutile_fmha.steps.backward import attention_backward, launches_for
 from cutile_fmha.steps.compile import compile_fp8, compile_step, compile_varlen, resource_usage
 from cutile_fmha.steps.decode import DecodeShape, decode_forward
 from cutile_fmha.steps.definitions import QUERY_TILE_STEP
+from cutile_fmha.steps.family import ROWS_MULTIPLE
 from cutile_fmha.steps.fp8 import fp8_forward
 from cutile_fmha.steps.varlen import SequenceBounds, varlen_forward
 
@@ -266,9 +267,11 @@ def check_candidate(job) -> tuple[str | None, int | None]:
     try:
         if find_cuda_tool("cuobjdump"):
             options = dict(head_dim=head_dim, causal=causal, entry=entry)
-            cubin = compile_fp8(arch, **options) if kernel == "fp8" else \
+            # the kernel the point's length runs (cuTile compiles one per divisibility)
+            rows = ROWS_MULTIPLE if settings["seq_len"] % ROWS_MULTIPLE == 0 else 1
+            cubin = compile_fp8(arch, rows_multiple=rows, **options) if kernel == "fp8" else \
                 compile_varlen("fmha", arch, dtype=dtype, **options) if kernel == "varlen" \
-                else compile_step(launch.step, arch, dtype=dtype, **options)
+                else compile_step(launch.step, arch, dtype=dtype, rows_multiple=rows, **options)
             stack_bytes = int(re.search(r"STACK:(\d+)", resource_usage(cubin))[1])
             if stack_bytes > MAX_STACK_BYTES:
                 return f"spills (stack frame {stack_bytes} bytes)", stack_bytes

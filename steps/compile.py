@@ -5,7 +5,8 @@
                                                                    # (needs cuobjdump)
 
 Each step is compiled to a cubin with the tile sizes and occupancy of the target
-architecture's platform entry, exactly as the launcher would launch it there.
+architecture's platform entry, exactly as the launcher would launch it there, for sequence
+lengths that are multiples of 16 (``--any-length``: for the others).
 """
 
 import argparse
@@ -31,7 +32,7 @@ from .backward import BACKWARD_FAMILIES, backward_kernel, gradient_launch
 from .definitions import STEPS, steps_for
 from .decode import DecodeShape, decode_plan
 from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, PADDING_RUNS,
-                     KernelFamily, forward_constants, packed)
+                     ROWS_MULTIPLE, KernelFamily, forward_constants, packed)
 from .fp8 import fp8_kernel
 from .padding import TILE as PADDING_TILE
 from .variants import NO_VARIANTS, Variants, variants_kernel
@@ -45,41 +46,46 @@ CT_DTYPES = {"float16": ct.float16, "bfloat16": ct.bfloat16,
 
 
 def export_cubin(kernel, family: KernelFamily, *, dtype: str, constants: dict,
-                 arch: str) -> bytes:
-    """`kernel`'s cubin for `arch`, called as `family` describes, with `dtype` inputs."""
+                 arch: str, rows_multiple: int = 1) -> bytes:
+    """`kernel`'s cubin for `arch`, called as `family` describes, with `dtype` inputs and
+    sequence rows a multiple of `rows_multiple` (a dense family's: ``ROWS_MULTIPLE``)."""
     buffer = io.BytesIO()
-    export_kernel(kernel, [family.signature(CT_DTYPES[dtype], constants)], buffer,
+    export_kernel(kernel, [family.signature(CT_DTYPES[dtype], constants, rows_multiple)], buffer,
                   gpu_code=arch, output_format="cubin")
     return buffer.getvalue()
 
 
 def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: bool,
                  write_lse: bool = False, query_group: int = 1,
-                 entry: PlatformEntry | None = None) -> bytes:
+                 entry: PlatformEntry | None = None,
+                 rows_multiple: int = ROWS_MULTIPLE) -> bytes:
     """The cubin of `step` for `arch`, with the tiles and hints the launcher would use
-    there (that architecture's table entry and its tuned launches, or `entry`)."""
+    there (that architecture's table entry and its tuned launches, or `entry`), for
+    sequence lengths that are multiples of `rows_multiple` (1: any length)."""
     tiles, hints = STEPS[step].launch_config(entry or entry_for(arch), native=entry is None,
                                              head_dim=head_dim, causal=causal)
     constants = forward_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                   write_lse=write_lse)
     return export_cubin(kernel_for(step, hints), STEPS[step].family, dtype=dtype,
-                        constants=constants, arch=arch)
+                        constants=constants, arch=arch, rows_multiple=rows_multiple)
 
 
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
                      query_group: int = 1, variants: Variants = NO_VARIANTS,
-                     value_head_dim: int | None = None, add_to_dkdv: bool = False) -> bytes:
+                     value_head_dim: int | None = None, add_to_dkdv: bool = False,
+                     rows_multiple: int = ROWS_MULTIPLE) -> bytes:
     """The cubin of the backward's "dkdv", "dq" or "dkdv_dq" kernel for `arch`, at that
     architecture's backward launch (platforms/backward.py), with the softcap and window of
     `variants` compiled in; V's head dim `value_head_dim` (default head_dim), both as the
     launcher tiles them (``gradient_launch``); `add_to_dkdv`: dK/dV added to float32 sums,
-    as the launcher's chunks of queries after the first run it."""
+    as the launcher's chunks of queries after the first run it; sequence lengths multiples
+    of `rows_multiple`."""
     launch, constants = gradient_launch(backward_entry_for(arch), name, head_dim,
                                         value_head_dim or head_dim, query_group=query_group,
                                         causal=causal, variants=variants,
                                         add_to_dkdv=add_to_dkdv)
     return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
-                        dtype=dtype, constants=constants, arch=arch)
+                        dtype=dtype, constants=constants, arch=arch, rows_multiple=rows_multiple)
 
 
 def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
@@ -112,27 +118,30 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
 
 
 def compile_fp8(arch: str, *, head_dim: int, causal: bool, write_lse: bool = False,
-                query_group: int = 1, entry: PlatformEntry | None = None) -> bytes:
+                query_group: int = 1, entry: PlatformEntry | None = None,
+                rows_multiple: int = ROWS_MULTIPLE) -> bytes:
     """The cubin of the FP8 forward (kernels/fp8.py) for `arch`, at the launch the launcher
-    takes there."""
+    takes there, for sequence lengths that are multiples of `rows_multiple`."""
     kernel, constants = fp8_kernel(entry or entry_for(arch), head_dim=head_dim, causal=causal,
                                    query_group=query_group, write_lse=write_lse)
     return export_cubin(kernel, FORWARD_FP8, dtype="float8_e4m3fn", constants=constants,
-                        arch=arch)
+                        arch=arch, rows_multiple=rows_multiple)
 
 
 def compile_variants(arch: str, *, dtype: str, head_dim: int, causal: bool,
                      variants: Variants, write_lse: bool = False, query_group: int = 1,
                      entry: PlatformEntry | None = None,
-                     value_head_dim: int | None = None) -> bytes:
+                     value_head_dim: int | None = None,
+                     rows_multiple: int = ROWS_MULTIPLE) -> bytes:
     """The cubin of the variants' kernel (kernels/variants.py) for `arch` with `variants`
     compiled in, at the launch the launcher takes there; V's tile width `value_head_dim`
-    (default head_dim)."""
+    (default head_dim); sequence lengths multiples of `rows_multiple`."""
     kernel, constants = variants_kernel(entry or entry_for(arch), head_dim=head_dim,
                                         causal=causal, query_group=query_group,
                                         write_lse=write_lse, variants=variants,
                                         value_head_dim=value_head_dim)
-    return export_cubin(kernel, FORWARD_VARIANTS, dtype=dtype, constants=constants, arch=arch)
+    return export_cubin(kernel, FORWARD_VARIANTS, dtype=dtype, constants=constants, arch=arch,
+                        rows_multiple=rows_multiple)
 
 
 def compile_padding_runs(arch: str, *, mask_dtype: str) -> bytes:
@@ -210,6 +219,10 @@ def main(argv=None) -> int:
                         help="the variant that also writes the log-sum-exp")
     parser.add_argument("--query-group", type=int, default=1,
                         help="query heads per K/V head (grouped-query attention)")
+    parser.add_argument("--any-length", action="store_true",
+                        help=f"the kernels for sequence lengths that are not multiples of "
+                             f"{ROWS_MULTIPLE} (default: those that are, as every length in "
+                             f"the tables; a run compiles each for the call's lengths)")
     parser.add_argument("--resources", action="store_true",
                         help="show registers, stack frame and shared memory per kernel (a "
                              "stack frame is local memory: register spills or local arrays)")
@@ -232,7 +245,8 @@ def main(argv=None) -> int:
                 try:
                     cubin = compile_step(step, arch, dtype=args.dtype, head_dim=head_dim,
                                          causal=args.causal, write_lse=args.lse,
-                                         query_group=args.query_group)
+                                         query_group=args.query_group,
+                                         rows_multiple=1 if args.any_length else ROWS_MULTIPLE)
                 except Exception as error:  # report every failure, keep going
                     failures += 1
                     print(f"{arch} D={head_dim} step {step}: FAILED {type(error).__name__}: "
@@ -242,7 +256,8 @@ def main(argv=None) -> int:
                     args.output_dir.mkdir(parents=True, exist_ok=True)
                     name = (f"{arch}-{args.dtype}-d{head_dim}-step{step}"
                             f"{'-causal' if args.causal else ''}{'-lse' if args.lse else ''}"
-                            f"-group{args.query_group}.cubin")
+                            f"-group{args.query_group}{'-any-length' if args.any_length else ''}"
+                            f".cubin")
                     (args.output_dir / name).write_bytes(cubin)
                 try:
                     detail = resource_usage(cubin) if args.resources else f"{len(cubin)} bytes"

@@ -27,6 +27,12 @@ TMA_ALIGNMENT_BYTES = 16  # PyTorch's allocations and strides that are multiples
 # platform tables is, so that it builds the kernels those calls run. Without it tileiras
 # stores the output's tiles element by element instead of by TMA.
 HEAD_DIM_MULTIPLE = 16
+# The same for the sequence rows (queries, keys) of the dense forward and backward kernels:
+# every length of the tables' and the autotuner's shapes is a multiple of this, and a call
+# with such lengths runs a kernel compiled for them, which an export asked for it
+# (`rows_multiple`) builds too. Under tileiras 13.5 it differs at D=256 under the causal
+# mask: a 72-byte stack frame against 56 for rows of any length.
+ROWS_MULTIPLE = 16
 # What a launch passes for an array its constants leave untouched (a Tensor's read_when
 # off): an int, which the kernel is compiled to take as a scalar. Each array argument costs
 # ct.launch about half a microsecond of host time (its DLPack conversion); a scalar, none.
@@ -58,7 +64,8 @@ class Tensor:
     never touch it (None: always read); `read_unless`: the one with which they never do
     (None: none); a launch then passes UNUSED_ARRAY. `float32_when`: the boolean constant
     with which it is float32 whatever the inputs' dtype. `head_dim_last`: its last dimension
-    is the head dim (``HEAD_DIM_MULTIPLE``)."""
+    is the head dim (``HEAD_DIM_MULTIPLE``). `rows_dim`: its dimension of sequence rows in
+    the dense families' layouts (``ROWS_MULTIPLE``)."""
     name: str
     rank: int
     dtype: ct.DType | None = None
@@ -67,23 +74,28 @@ class Tensor:
     read_unless: str | None = None
     float32_when: str | None = None
     head_dim_last: bool = False
+    rows_dim: int | None = None
 
     def read(self, constants: dict) -> bool:
         """Whether a launch with these constants reads this array."""
         return (self.read_when is None or bool(constants[self.read_when])) and \
             (self.read_unless is None or not constants[self.read_unless])
 
-    def constraint(self, input_dtype: ct.DType) -> ArrayConstraint:
+    def constraint(self, input_dtype: ct.DType, rows_multiple: int = 1) -> ArrayConstraint:
         """Last dimension contiguous, other strides multiples of 16 bytes (of one element
-        where not `aligned`); a head dim last, a multiple of HEAD_DIM_MULTIPLE."""
+        where not `aligned`); a head dim last, a multiple of HEAD_DIM_MULTIPLE; the rows a
+        multiple of `rows_multiple`."""
         dtype = self.dtype or input_dtype
         per_alignment = TMA_ALIGNMENT_BYTES // (dtype.bitwidth // 8) if self.aligned else 1
+        shape_divisible_by = [1] * (self.rank - 1) + \
+            [HEAD_DIM_MULTIPLE if self.head_dim_last else 1]
+        if self.rows_dim is not None:
+            shape_divisible_by[self.rows_dim] = rows_multiple
         return ArrayConstraint(dtype, self.rank, index_dtype=ct.int32, stride_lower_bound_incl=0,
                                alias_groups=(), may_alias_internally=False,
                                stride_constant=(None,) * (self.rank - 1) + (1,),
                                stride_divisible_by=(per_alignment,) * (self.rank - 1) + (1,),
-                               shape_divisible_by=(1,) * (self.rank - 1)
-                               + (HEAD_DIM_MULTIPLE if self.head_dim_last else 1,),
+                               shape_divisible_by=tuple(shape_divisible_by),
                                base_addr_divisible_by=TMA_ALIGNMENT_BYTES if self.aligned
                                else dtype.bitwidth // 8)
 
@@ -171,14 +183,16 @@ class KernelFamily:
         plan made once per shape keeps, so that a call is ``tensors(...) + settings``."""
         return self._picked(self._pick_settings, values)
 
-    def signature(self, input_dtype: ct.DType, constants: dict) -> KernelSignature:
-        """The compile-only signature for inputs of `input_dtype` and these constants."""
+    def signature(self, input_dtype: ct.DType, constants: dict,
+                  rows_multiple: int = 1) -> KernelSignature:
+        """The compile-only signature for inputs of `input_dtype` and these constants,
+        sequence rows a multiple of `rows_multiple`."""
         parameters = []
         for p in self.parameters:
             if isinstance(p, Tensor):
                 dtype = ct.float32 if p.float32_when and constants[p.float32_when] \
                     else input_dtype
-                parameters.append(p.constraint(dtype) if p.read(constants)
+                parameters.append(p.constraint(dtype, rows_multiple) if p.read(constants)
                                   else ScalarConstraint(ct.int32))  # UNUSED_ARRAY
             elif isinstance(p, Scalar):
                 parameters.append(ScalarConstraint(p.dtype))
@@ -200,15 +214,15 @@ def tiles_per_head(tensor: str, tile: str) -> Callable[[dict], tuple[int, int, i
                            values[tensor].shape[1], values[tensor].shape[0])
 
 
-_QKV = tuple(Tensor(name, 4, head_dim_last=True) for name in ("Q", "K", "V"))
-_OUT = Tensor("Out", 4, head_dim_last=True)
+_QKV = tuple(Tensor(name, 4, head_dim_last=True, rows_dim=2) for name in ("Q", "K", "V"))
+_OUT = Tensor("Out", 4, head_dim_last=True, rows_dim=2)
 # Every forward family's first parameters: a plan's launch on new tensors replaces these.
 FORWARD_TENSORS = ("Q", "K", "V", "Out", "Lse")
 # What every attention kernel (forward, dK/dV, dQ) takes after its tensors.
 _ATTENTION_SETTINGS = (Scalar("qk_scale", ct.float32), Scalar("query_offset", ct.int32),
                        Constant("TILE_D"), Constant("TILE_M"), Constant("TILE_N"),
                        Constant("QUERY_GROUP"), Constant("CAUSAL"))
-_LSE = Tensor("Lse", 3, ct.float32, read_when="WRITE_LSE")
+_LSE = Tensor("Lse", 3, ct.float32, read_when="WRITE_LSE", rows_dim=2)
 _SINKS = Tensor("Sinks", 1, ct.float32, aligned=False, read_when="SINKS")
 FORWARD = KernelFamily(
     name="forward",
@@ -222,8 +236,8 @@ FORWARD = KernelFamily(
 # factors of Q (batch, heads), K and V (batch, kv_heads). The grid is FORWARD's.
 FORWARD_FP8 = KernelFamily(
     name="forward, float8",
-    parameters=_QKV[:2] + (Tensor("V", 4), Tensor("Out", 4, ct.bfloat16, head_dim_last=True),
-                           _LSE)
+    parameters=_QKV[:2] + (Tensor("V", 4, rows_dim=3),
+                           Tensor("Out", 4, ct.bfloat16, head_dim_last=True, rows_dim=2), _LSE)
     + tuple(Tensor(name, 2, ct.float32, aligned=False)
             for name in ("QDescale", "KDescale", "VDescale"))
     + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
@@ -355,12 +369,14 @@ def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
 # row_dot(Out, dOut, Delta, TILE_M, TILE_D): Delta (batch, heads, q_len) float32.
 ROW_DOT = KernelFamily(
     name="backward row_dot",
-    parameters=(_OUT, Tensor("dOut", 4, head_dim_last=True), Tensor("Delta", 3, ct.float32),
+    parameters=(_OUT, Tensor("dOut", 4, head_dim_last=True, rows_dim=2),
+                Tensor("Delta", 3, ct.float32, rows_dim=2),
                 Constant("TILE_M"), Constant("TILE_D")),
     grid=tiles_per_head("Out", "TILE_M"),
 )
-_BACKWARD_INPUTS = _QKV + (Tensor("dO", 4, head_dim_last=True), Tensor("Lse", 3, ct.float32),
-                           Tensor("Delta", 3, ct.float32))
+_BACKWARD_INPUTS = _QKV + (Tensor("dO", 4, head_dim_last=True, rows_dim=2),
+                           Tensor("Lse", 3, ct.float32, rows_dim=2),
+                           Tensor("Delta", 3, ct.float32, rows_dim=2))
 # After their tensors both take FORWARD_VARIANTS's settings (the softcap's and the window's
 # run-time values, TILE_D_TAIL, TILE_DV), and SOFTCAP and WINDOW last (the sinks' terms are
 # in the LSE): each a constant that turns its variant on.
@@ -374,16 +390,18 @@ _BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[
 DKDV = KernelFamily(
     name="backward dkdv",
     parameters=_BACKWARD_INPUTS
-    + tuple(Tensor(name, 4, float32_when="ADD_TO_DKDV", head_dim_last=True)
+    + tuple(Tensor(name, 4, float32_when="ADD_TO_DKDV", head_dim_last=True, rows_dim=2)
             for name in ("dK", "dV"))
-    + (Tensor("dQAcc", 4, ct.float32, read_when="ATOMIC_DQ", head_dim_last=True),)
+    + (Tensor("dQAcc", 4, ct.float32, read_when="ATOMIC_DQ", head_dim_last=True,
+              rows_dim=2),)
     + _BACKWARD_SETTINGS + (Constant("ATOMIC_DQ"), Constant("ADD_TO_DKDV")),
     grid=tiles_per_head("K", "TILE_N"),
 )
 # dq(...): one CTA per TILE_M query rows of one head; dQ like Q.
 DQ = KernelFamily(
     name="backward dq",
-    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4, head_dim_last=True),) + _BACKWARD_SETTINGS,
+    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4, head_dim_last=True, rows_dim=2),)
+    + _BACKWARD_SETTINGS,
     grid=tiles_per_head("Q", "TILE_M"),
 )
 
@@ -414,7 +432,7 @@ def packed(family: KernelFamily) -> KernelFamily:
     """A variable-length forward `family` called with the packed tensors (PACKED_RANKS):
     the same kernels, compiled for arrays of those ranks."""
     return dataclasses.replace(family, name=f"{family.name}, packed", parameters=tuple(
-        dataclasses.replace(p, rank=PACKED_RANKS[p.name])
+        dataclasses.replace(p, rank=PACKED_RANKS[p.name], rows_dim=None)
         if isinstance(p, Tensor) and p.name in PACKED_RANKS else p for p in family.parameters))
 
 

@@ -148,6 +148,40 @@ def test_an_unread_array_compiles_as_the_int_scalar_a_launch_passes():
     assert isinstance(UNUSED_ARRAY, int)  # what ct.launch takes for an int32 scalar
 
 
+def declared_rows(family: KernelFamily, rows_multiple: int) -> dict[str, tuple[int, ...]]:
+    """Each array parameter's shape divisors in `family`'s export signature (every
+    constant on, so that every array is read)."""
+    constants = {p.name: True for p in family.parameters if isinstance(p, Constant)}
+    constants |= {"TILE_D_TAIL": 0}
+    signature = family.signature(ct.bfloat16, constants, rows_multiple)
+    return {p.name: c.shape_divisible_by for p, c in zip(family.parameters, signature.parameters)
+            if isinstance(c, ArrayConstraint)}
+
+
+@pytest.mark.parametrize("family", [families.FORWARD, FORWARD_VARIANTS, FORWARD_FP8,
+                                    families.ROW_DOT, families.DKDV, families.DQ])
+def test_the_export_declares_the_dense_families_rows_a_multiple_when_asked(family):
+    """rows_multiple reaches the sequence-row dimension of every (batch, heads, rows[, D])
+    array, FP8's V stored (batch, heads, D, rows) included, and nothing else; the head dim
+    is declared a multiple of 16 either way."""
+    for name, divisors in declared_rows(family, 16).items():
+        if name.endswith("Descale") or name == "Sinks":
+            assert set(divisors) == {1}, name
+            continue
+        rows = 3 if family is FORWARD_FP8 and name == "V" else 2
+        assert divisors[rows] == 16 and divisors[:2] == (1, 1), (name, divisors)
+        assert declared_rows(family, 1)[name][rows] == 1
+
+
+def test_packed_tensors_declare_no_rows():
+    """A packed tensor's first dimension is every sequence's tokens: rows_multiple does
+    not reach it."""
+    packed = families.packed(FORWARD_VARLEN)
+    assert all(p.rows_dim is None for p in packed.parameters
+               if isinstance(p, Tensor) and p.rank == 3)
+    assert declared_rows(packed, 16) == declared_rows(packed, 1)
+
+
 def test_cumulative_bounds_compile_the_ends_as_the_int_scalar_a_launch_passes():
     constants = {p.name: False for p in DQ_VARLEN.parameters if isinstance(p, Constant)}
     for cumulative, ends in ((True, ScalarConstraint), (False, ArrayConstraint)):

@@ -29,7 +29,8 @@ from cutile_fmha.steps.compile import (compile_backward, compile_decode, compile
                                        export_cubin, resource_usage, sass)
 from cutile_fmha.steps.definitions import fastest_step, step_of
 from cutile_fmha.steps.decode import DecodeShape, decode_plan
-from cutile_fmha.steps.family import DECODE, backward_constants, forward_constants
+from cutile_fmha.steps.family import (DECODE, ROWS_MULTIPLE, backward_constants,
+                                      forward_constants)
 from cutile_fmha.steps.launcher import with_hints
 from cutile_fmha.steps.variants import Variants
 
@@ -188,7 +189,7 @@ def test_backward_variant_branches_cost_the_plain_backward_nothing(name, tmp_pat
                                  query_group=2)) == \
         sass(export_cubin(backward_kernel(name, launch.num_worker_warps, without),
                           BACKWARD_FAMILIES[name], dtype="bfloat16", constants=constants,
-                          arch="sm_90"))
+                          arch="sm_90", rows_multiple=ROWS_MULTIPLE))
 
 
 def test_softcap_is_one_hardware_tanh_per_score_and_window_and_sinks_spill_nothing():
