@@ -30,8 +30,8 @@ HEAD_DIM_MULTIPLE = 16
 # The same for the sequence rows (queries, keys) of the dense forward and backward kernels:
 # every length of the tables' and the autotuner's shapes is a multiple of this, and a call
 # with such lengths runs a kernel compiled for them, which an export asked for it
-# (`rows_multiple`) builds too. Under tileiras 13.5 it differs at D=256 under the causal
-# mask: a 72-byte stack frame against 56 for rows of any length.
+# (`rows_multiple`) builds too. Under tileiras 13.5 the forward that writes the LSE at
+# D=256 under the causal mask then has a 72-byte stack frame, against 56 for any length.
 ROWS_MULTIPLE = 16
 # What a launch passes for an array its constants leave untouched (a Tensor's read_when
 # off): an int, which the kernel is compiled to take as a scalar. Each array argument costs
