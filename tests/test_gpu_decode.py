@@ -270,3 +270,34 @@ def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, cau
     expected, expected_lse = reference_with_variants(query, *dense, starts, ends, causal,
                                                      1 / math.sqrt(head_dim), 300, 10.0, sinks)
     assert_close(out, lse, expected, expected_lse, dtype)
+
+
+# head dim 128 runs the decode kernel, 96 the variable-length one (dense caches only)
+@pytest.mark.parametrize("cache,head_dim", [("dense", 128), ("dense", 96),
+                                            ("dense, no lengths", 128), ("dense, no lengths", 96),
+                                            ("paged, no block columns", 128),
+                                            ("paged, no blocks", 128)])
+def test_a_cache_with_room_for_no_keys(cache, head_dim):
+    """A cache of capacity 0 (a dense one of no slots, a block table of no columns, or no
+    blocks) gives zeros and an LSE of -inf, or the sink's logit with sinks, as a sequence
+    of no keys in a larger cache does."""
+    batch, heads, kv_heads, q_len = 2, 8, 2, 3
+    query = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=torch.bfloat16)
+    lengths = None if cache == "dense, no lengths" else \
+        torch.zeros(batch, dtype=torch.int32, device="cuda")
+    if cache.startswith("dense"):
+        keys = torch.randn(batch, kv_heads, 0, head_dim, device="cuda", dtype=torch.bfloat16)
+        options = {}
+    else:
+        blocks, columns = (4, 0) if cache == "paged, no block columns" else (0, 1)
+        keys = torch.randn(blocks, 16, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+        options = {"block_table": torch.zeros(batch, columns, dtype=torch.int32, device="cuda")}
+    sinks = torch.randn(heads, device="cuda")
+    for with_sinks in (False, True):
+        out, lse = attention_with_kvcache(query, keys, keys, lengths, return_lse=True,
+                                          sinks=sinks if with_sinks else None, **options)
+        assert torch.equal(out, torch.zeros_like(out))
+        if with_sinks:
+            torch.testing.assert_close(lse, sinks[None, :, None].expand_as(lse))
+        else:
+            assert torch.equal(lse, torch.full_like(lse, -math.inf))
