@@ -14,7 +14,7 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .steps.backward import attention_backward, row_dot
 from .steps.launcher import (HEAD_DIMS, HeadGroupLaunches, LaunchPlan, Names, _check_devices,
-                             build_head_group_plan, build_plan, causal_query_offset,
+                             _check_shapes, build_head_group_plan, build_plan, causal_query_offset,
                              checked_kv_heads_per_launch, is_padded, past_32_bits, remember,
                              rows_contiguous, softmax_scale)
 from .steps.family import UNUSED_ARRAY
@@ -361,6 +361,46 @@ def run_forward(query, key, value, causal: str, scale: float, with_lse: bool):
     return forward_launch(query, key, value, causal, scale, with_lse)
 
 
+class _NothingToAttend(torch.autograd.Function):
+    """The output of a call with no batch entry, query row or key: zeros of (batch, heads,
+    q_len, value's head dim) in query's layout, as SDPA gives, and zero gradients."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, sinks):
+        ctx.inputs = [None if t is None else (t.shape, t.dtype, t.device)
+                      for t in (query, key, value, sinks)]
+        if value.shape[-1] == query.shape[-1]:
+            return torch.zeros_like(query)
+        return query.new_zeros(query.shape[:-1] + value.shape[-1:])
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return tuple(None if spec is None else torch.zeros(spec[0], dtype=spec[1], device=spec[2])
+                     for spec in ctx.inputs)
+
+
+def nothing_to_attend(query, key) -> bool:
+    """Whether a call has no batch entry, query row or key (or no head): SDPA's result then
+    needs no kernel."""
+    return query.numel() == 0 or key.numel() == 0
+
+
+def attend_nothing(query, key, value, sinks, with_lse: bool):
+    """(out, lse or None) of a call that ``nothing_to_attend``, after the checks every call
+    gets: zeros (no row sees a key), an LSE of -inf, or each head's sink logit with sinks
+    (the row's softmax holds the sink alone)."""
+    _check_shapes(query, key, value, SDPA_NAMES, padded=True, empty=True)
+    _check_devices([("query", query), ("key", key), ("value", value)] +
+                   ([] if sinks is None else [("sinks", sinks)]))
+    out = _NothingToAttend.apply(query, key, value, sinks)
+    if not with_lse:
+        return out, None
+    rows = query.shape[:-1]
+    if sinks is None:
+        return out, torch.full(rows, -math.inf, dtype=torch.float32, device=query.device)
+    return out, sinks.detach().float()[None, :, None].expand(rows).contiguous()
+
+
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, window_size=(-1, -1), softcap=None,
               sinks=None) -> torch.Tensor:
@@ -399,9 +439,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     Anything the kernels cannot serve raises ``TypeError`` or ``ValueError`` naming the
     argument. Differentiable: with inputs that require grad the forward also writes the
     log-sum-exp, which the cuTile backward (``cutile_fmha.steps.backward``) rebuilds P from.
+    A batch of 0, or q_len or k_len 0, gives SDPA's result with no launch: an empty output,
+    or zeros where there is no key, and zero gradients.
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     variants = _check_variants(query, window_size, softcap, sinks)
+    if nothing_to_attend(query, key):
+        return attend_nothing(query, key, value, sinks, False)[0]
     return run_attention(query, key, value, causal, scale, False, variants, sinks)[0]
 
 
@@ -412,10 +456,13 @@ def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
 
     Returns (out, lse): lse is float32 of shape (batch, heads, q_len), in natural log, as
     flash-attn returns it: log(sum_j exp(scale * q_i . k_j)) over the keys row i sees,
-    -inf for a row that sees no key. What training and context parallelism combine
-    partial attentions with. Gradients flow through out; lse is not differentiable.
+    -inf for a row that sees no key (with sinks, its head's sink logit). What training and
+    context parallelism combine partial attentions with. Gradients flow through out; lse is
+    not differentiable.
     """
     causal, scale = _check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     variants = _check_variants(query, window_size, softcap, sinks)
+    if nothing_to_attend(query, key):
+        return attend_nothing(query, key, value, sinks, True)
     out, lse = run_attention(query, key, value, causal, scale, True, variants, sinks)
     return out, lse.detach()

@@ -187,11 +187,13 @@ def is_padded(q: torch.Tensor, v: torch.Tensor) -> bool:
     return q.shape[-1] != v.shape[-1] or q.shape[-1] not in HEAD_DIMS + LARGE_HEAD_DIMS
 
 
-def _check_shapes(q, k, v, n: Names, *, padded: bool = False, whole: bool = True) -> None:
+def _check_shapes(q, k, v, n: Names, *, padded: bool = False, whole: bool = True,
+                  empty: bool = False) -> None:
     """q, k, v as every kernel takes them; with `padded` (the kernels on step 9's query
     tile) also head dims that ``tile_head_dim`` pads, value's possibly not query's. Not
     `whole`: their 32-bit offsets unchecked, for a caller that launches groups of their
-    heads (``HeadGroupLaunches``)."""
+    heads (``HeadGroupLaunches``). With `empty`, batch, query heads and sequence lengths
+    may be 0 (for a caller that then launches nothing)."""
     for name, t in ((n.q, q), (n.k, k), (n.v, v)):
         _check_tensor(name, t)
     for name, t in ((n.k, k), (n.v, v)):
@@ -221,7 +223,7 @@ def _check_shapes(q, k, v, n: Names, *, padded: bool = False, whole: bool = True
                          f"{HEAD_DIMS + LARGE_HEAD_DIMS}, got {head_dim}" +
                          (f" (multiples of {PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]} run "
                           f"in cutile_fmha.attention)" if head_dim <= HEAD_DIMS[-1] else ""))
-    if min(batch, heads, q_len, k.shape[2]) < 1:
+    if not empty and min(batch, heads, q_len, k.shape[2]) < 1:
         raise ValueError(f"batch, heads and sequence lengths must be at least 1, got "
                          f"{n.q} {tuple(q.shape)}, {n.k} {tuple(k.shape)}")
     if batch > MAX_GRID_YZ or heads > MAX_GRID_YZ:

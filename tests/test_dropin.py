@@ -2,6 +2,8 @@
 and how it says so (no GPU needed: every check comes before the device check), and on the
 GPU that it computes what SDPA computes."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -239,7 +241,61 @@ def test_inputs_that_require_grad_are_checked_like_the_others():
         attention(q, k, v)
 
 
+# (batch, heads, kv_heads, q_len, k_len, head_dim, value's head dim): no batch entry, no
+# query row, no key (and no key with value's head dim other than query's)
+NOTHING_TO_ATTEND = [(0, 4, 2, 24, 24, 64, 64), (2, 4, 2, 0, 24, 64, 64),
+                     (2, 4, 2, 24, 0, 64, 64), (2, 4, 2, 24, 0, 96, 32)]
+
+
+def check_nothing_to_attend(shape, device):
+    """attention_with_lse on `shape` (NOTHING_TO_ATTEND) against SDPA's result: the same
+    (empty or zero) output, an LSE of -inf (the sink's logit with sinks), zero gradients
+    of every input's shape."""
+    batch, heads, kv_heads, q_len, k_len, head_dim, value_dim = shape
+    sizes = ((heads, q_len, head_dim), (kv_heads, k_len, head_dim), (kv_heads, k_len, value_dim))
+    inputs = [torch.randn(batch, *size, dtype=torch.float16, device=device) for size in sizes]
+    sinks = torch.randn(heads, device=device)
+    for causal, with_sinks in ((False, False), (True, False), (True, True)):
+        leaves = [t.clone().requires_grad_() for t in inputs + [sinks]]
+        out, lse = attention_with_lse(*leaves[:3], is_causal=causal, enable_gqa=True,
+                                      sinks=leaves[3] if with_sinks else None)
+        theirs = F.scaled_dot_product_attention(*(t.float() for t in inputs), is_causal=causal,
+                                                enable_gqa=True)
+        assert out.dtype == torch.float16 and torch.equal(out.float(), theirs)
+        expected_lse = sinks[None, :, None].expand(lse.shape) if with_sinks else \
+            torch.full_like(lse, -math.inf)
+        assert lse.shape == (batch, heads, q_len) and torch.equal(lse, expected_lse)
+        out.backward(torch.randn_like(out))
+        for leaf in leaves[:4 if with_sinks else 3]:
+            assert torch.equal(leaf.grad, torch.zeros_like(leaf))
+
+
+@pytest.mark.parametrize("shape", NOTHING_TO_ATTEND)
+def test_nothing_to_attend_gives_sdpas_result_with_no_launch(shape, monkeypatch, kernel_calls):
+    monkeypatch.setattr(dropin, "_check_devices", lambda named: None)  # CPU tensors
+    check_nothing_to_attend(shape, "cpu")
+    assert not kernel_calls
+
+
+@pytest.mark.parametrize("change,error,message", [
+    (lambda t: t.float(), TypeError, "query must be float16 or bfloat16"),
+    (lambda t: t[..., :50], ValueError, "got 50 for query and key"),
+    (lambda t: t, ValueError, "query must be on a CUDA device"),
+])
+def test_nothing_to_attend_is_checked_as_any_call(change, error, message):
+    q, k, v = qkv(q_len=0)
+    with pytest.raises(error, match=message):
+        attention(change(q), change(k), v)
+
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("shape", NOTHING_TO_ATTEND)
+def test_nothing_to_attend_on_the_gpu(shape):
+    check_nothing_to_attend(shape, "cuda")
 
 
 @pytest.mark.gpu
