@@ -1,28 +1,15 @@
-"""Step 9 at D=128 (sm_90, bf16, with the LSE) compiled with 64-bit array indexing
-(ct.IndexedWithInt64 on Q, K, V, Out and Lse, their signature's index_dtype int64) against
-the package's 32-bit one: resource usage and the instructions that tell (compile-only; the
-tileiras the cuda-tile package finds). Run: python int64_probe.py"""
-import io, re, collections, subprocess, tempfile, dataclasses
+"""Step 9 at D=128 (sm_90, bf16, with the LSE) compiled with 64-bit array indexing (the
+signature's index_dtype int64 on Q, K, V, Out and Lse; step 9's own kernel, whose arrays
+the signature types) against the package's 32-bit one: resource usage and the
+instructions that tell (compile-only; the tileiras the cuda-tile package finds).
+Run: python int64_probe.py"""
+import io, re, collections, dataclasses
 import cuda.tile as ct
-from cuda.tile.compilation import export_kernel, ArrayConstraint, KernelSignature, CallingConvention
-from cutile_fmha.kernels.step9_unmasked_loop import attend_query_tile
-from cutile_fmha.kernels.common import query_tiles_longest_first, ConstInt, ConstBool
+from cuda.tile.compilation import export_kernel, ArrayConstraint, KernelSignature
 from cutile_fmha.steps import compile as C
 from cutile_fmha.steps.definitions import STEPS
 from cutile_fmha.steps.family import forward_constants, FORWARD
 from cutile_fmha.steps.compile import sass, resource_usage
-
-Big = ct.IndexedWithInt64[ct.Array]
-
-def fmha64(Q: Big, K: Big, V: Big, Out: Big, Lse: Big, qk_scale: float, query_offset: int,
-           TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-           CAUSAL: ConstBool, WRITE_LSE: ConstBool):
-    q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
-    if CAUSAL:
-        q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_D, QUERY_GROUP)
-    attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
-                      0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0,
-                      False, 0.0, False, 0, 0, False, Lse)
 
 for causal in (True, False):
     tiles, hints = STEPS[9].launch_config(C.entry_for("sm_90"), native=True, head_dim=128, causal=causal)
@@ -30,12 +17,10 @@ for causal in (True, False):
     base = FORWARD.signature(ct.bfloat16, constants)
     params64 = [dataclasses.replace(p, index_dtype=ct.int64)
                 if isinstance(p, ArrayConstraint) else p for p in base.parameters]
-    kern = ct.kernel(fmha64, occupancy=hints.get("occupancy"), num_worker_warps=hints.get("num_worker_warps"))
-    out = {}
     for label, sig in (("int32", base), ("int64", KernelSignature(params64, base.calling_convention))):
         buf = io.BytesIO()
         try:
-            export_kernel(kern if label == "int64" else C.kernel_for(9, hints), [sig], buf, gpu_code="sm_90", output_format="cubin")
+            export_kernel(C.kernel_for(9, hints), [sig], buf, gpu_code="sm_90", output_format="cubin")
         except Exception as e:
             print(label, "error", str(e)[:300]); continue
         cub = buf.getvalue(); code = sass(cub)
