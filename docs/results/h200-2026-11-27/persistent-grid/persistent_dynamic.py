@@ -5,104 +5,46 @@ persistent_order.py's fixed assignment let the CTAs drift apart under the causal
 (L2 hit rate 85% -> 49%): taken from a counter, the tiles in flight stay next to each
 other in that order, as the hardware's dispatch of step 9's grid keeps them. The counter
 is zeroed before each launch (a memset in the timed graph)."""
-import statistics
 import sys
+from pathlib import Path
 
 import cuda.tile as ct
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from cutile_fmha.kernels.common import (L2_GROUP_BYTES, MIN_GROUP_CTAS, ConstBool, ConstInt,
-                                        kv_pair_bytes)
-from cutile_fmha.kernels.step9_unmasked_loop import attend_query_tile
-from cutile_fmha.platforms import entry_for
-from cutile_fmha.steps.definitions import STEPS
-from cutile_fmha.steps.launcher import build_plan, current_stream
+sys.path.insert(0, str(Path(__file__).parent))
+from persistent_order import CASES, attend_tile, compare, l2_group  # noqa: E402
+from cutile_fmha.kernels.common import ConstBool, ConstInt  # noqa: E402
+from cutile_fmha.steps.launcher import current_stream  # noqa: E402
 
 
 @ct.kernel
 def persistent(Q, K, V, Out, Lse, Counter, qk_scale: float, query_offset: int,
                TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
                CAUSAL: ConstBool, WRITE_LSE: ConstBool):
-    heads = Q.shape[1]
     tiles = ct.cdiv(Q.shape[2], TILE_M)
-    pairs = heads * Q.shape[0]
-    group = pairs
-    if CAUSAL:  # tile_major's groups of (head, batch) pairs
-        group = min(max(L2_GROUP_BYTES // max(kv_pair_bytes(K.shape[2], 2 * TILE_D, QUERY_GROUP), 1),
-                        ct.cdiv(MIN_GROUP_CTAS, tiles)), pairs)
+    pairs = Q.shape[1] * Q.shape[0]
+    group = l2_group(K, tiles, pairs, TILE_D, QUERY_GROUP, CAUSAL)
     t = ct.bid(0)  # the first tiles by the CTA's index, the next ones from the counter
     while t < tiles * pairs:
-        q_tile = t % tiles
-        pair = t // tiles
-        if CAUSAL:
-            first_pair = t // (group * tiles) * group
-            in_group = min(group, pairs - first_pair)
-            rest = t - first_pair * tiles
-            pair = first_pair + rest % in_group
-            q_tile = tiles - 1 - rest // in_group
-        attend_query_tile(Q, K, V, Out, Lse, pair // heads, pair % heads, q_tile, qk_scale,
-                          query_offset, TILE_D, 0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL,
-                          WRITE_LSE, False, 1.0, False, 0.0, False, 0, 0, False, Lse)
+        attend_tile(Q, K, V, Out, Lse, t, tiles, pairs, group, qk_scale, query_offset, TILE_D,
+                    TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE)
         t = ct.atomic_add(Counter, 0, 1) + ct.num_blocks(0)
 
 
-def main():
-    import triton.testing as tt
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    print(torch.cuda.get_device_name(), flush=True)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    entry = entry_for("sm_90")
-    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
-    cases = [(128, 4096, True, 4, 32), (128, 8192, True, 4, 32), (128, 16384, True, 1, 32),
-             (128, 2048, True, 4, 16), (256, 8192, True, 4, 16), (128, 8192, False, 4, 32)]
-    for D, N, causal, B, H in cases:
-        g = torch.Generator(device="cuda").manual_seed(D + N)
-        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-                   for _ in range(3))
-        plan = build_plan(q, k, v, causal=causal, scale=None, step=9, platform=None, out=None,
-                          with_lse=False)
-        tiles, hints = STEPS[9].launch_config(entry, native=True, head_dim=D, causal=causal)
-        kernel = persistent.replace_hints(**{a: b for a, b in hints.items() if b is not None})
-        out = torch.full_like(q, float("nan"))
-        args = (q, k, v, out, plan.args[4], counter) + plan.args[5:]
-        fns = {}
-        for per_sm in sorted({1, hints.get("occupancy") or 1}):
-            def launch(grid=(sms * per_sm, 1, 1)):
-                counter.zero_()
-                ct.launch(current_stream(q.device), grid, kernel, args)
-            fns[f"counter {per_sm}/SM"] = launch
-        fns["step 9"] = plan.launch
+def from_a_counter(q, k, v, out, plan, hints, sms):
+    """The counter kernel's launches, one and (where the hint asks) two CTAs per SM, each
+    zeroing the counter first."""
+    kernel = persistent.replace_hints(**{a: b for a, b in hints.items() if b is not None})
+    counter = torch.zeros(1, dtype=torch.int32, device=q.device)
+    args = (q, k, v, out, plan.args[4], counter) + plan.args[5:]
 
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        fns["cudnn"] = cudnn
-        for f in fns.values():
-            f()
-        torch.cuda.synchronize()
-        ref = plan.launch().clone()
-        same = []
-        for name in [n for n in fns if n.startswith("counter")]:
-            out.fill_(float("nan"))
-            fns[name]()
-            torch.cuda.synchronize()
-            same.append(torch.equal(out, ref))
-        res = {n: [] for n in fns}
-        names = list(fns)
-        for r in range(rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                res[n].append(tt.do_bench_cudagraph(fns[n], rep=200))
-        med = {n: statistics.median(x) for n, x in res.items()}
-        flops = 4 * B * H * N * N * D / (2 if causal else 1)
-        print(f"D={D} B={B} H={H} N={N} {'causal' if causal else 'non-causal'} tiles {tiles} "
-              f"hints {hints}: equal to step 9 {same}; "
-              + "; ".join(f"{n} {med[n]:.3f} ms ({min(res[n]):.3f}-{max(res[n]):.3f}) "
-                          f"{flops / med[n] / 1e9:.0f} TFLOPS" for n in fns)
-              + "; " + ", ".join(f"{n} / step 9 {med[n] / med['step 9']:.3f}"
-                                 for n in fns if n.startswith("counter"))
-              + f", cuDNN / step 9 {med['cudnn'] / med['step 9']:.3f}", flush=True)
+    def launch(grid):
+        counter.zero_()
+        ct.launch(current_stream(q.device), grid, kernel, args)
+    return {f"counter {per_sm}/SM": lambda grid=(sms * per_sm, 1, 1): launch(grid)
+            for per_sm in sorted({1, hints.get("occupancy") or 1})}
 
 
 if __name__ == "__main__":
-    main()
+    compare(from_a_counter, [case for case in CASES if case[0] != 64],
+            int(sys.argv[1]) if len(sys.argv) > 1 else 5)
