@@ -13,6 +13,14 @@ in shared memory. For Q K^T that is the usual layout (D contiguous in both). For
 reduction runs over keys, so V must be stored transposed, (batch, kv_heads, D, N) with the
 keys contiguous: the caller's layout (``cutile_fmha.fp8.transpose_value`` makes it). The
 key loop is step 9's ``attend_query_tile``, whose FP8 constant loads V that way.
+
+Both products accumulate in the tensor cores (``ct.mma(..., use_fast_acc=True)``), as the
+bfloat16 ones do and as FlashAttention-3's FP8 forward does. cuTile's default for float8
+adds each product to the float32 accumulator in registers instead (more precise sums over
+long reductions), which takes a second accumulator: at D=256 a 64 x 256 float32 one per
+warpgroup beside acc, so 128-row tiles spilled and the launch fell back to 64-row tiles.
+On the inputs of tests/test_gpu_fp8.py the output's error is unchanged and the LSE's at
+most doubles (docs/performance.md, "FP8 forward").
 """
 
 import cuda.tile as ct

@@ -36,7 +36,9 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
         k_t = ct.load(K, index=(batch, kv_head, 0, j), shape=(1, 1, TILE_D, TILE_N),
                       order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
                       latency=2).reshape((TILE_D, TILE_N))
-        qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))
+        # FP8: both products accumulate in the tensor cores (fast accumulation, see
+        # kernels/fp8.py), as the bfloat16 ones do.
+        qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32), use_fast_acc=FP8)
         if TILE_D_TAIL > 0:
             k_tail = ct.load(K, index=(batch, kv_head, TILE_D // TILE_D_TAIL, j),
                              shape=(1, 1, TILE_D_TAIL, TILE_N), order=(0, 1, 3, 2),
@@ -75,7 +77,7 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
         else:
             v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_DV),
                         padding_mode=ct.PaddingMode.ZERO, latency=4).reshape((TILE_N, TILE_DV))
-        acc = ct.mma(p.astype(Q.dtype), v, acc)
+        acc = ct.mma(p.astype(Q.dtype), v, acc, use_fast_acc=FP8)
         m_i = m_ij
     return m_i, l_i, acc
 
