@@ -65,8 +65,9 @@ def search_space_for(arch: str) -> SearchSpace:
 
 
 # The FP8 forward (kernels/fp8.py), on every architecture that has it: float8 K and V tiles
-# are half the bytes, so 256-key tiles fit in shared memory and were the only ones without
-# spills at D=256 on sm_90 with 64-row query tiles (cuobjdump, tileiras 13.4).
+# are half the bytes, so 256-key tiles fit in shared memory. (They were the only ones without
+# spills at D=256 on sm_90 until the products accumulated in the tensor cores, 2026-11-27;
+# since, 128x128 wins there: docs/performance.md, "FP8 forward".)
 FP8_SEARCH_SPACE = SearchSpace(
     tiles=(TileShape(64, 64),) + _64_TO_128 + (TileShape(64, 256), TileShape(128, 256)),
     occupancy=(1, 2), num_worker_warps=(None, 8), num_ctas=(None,))
