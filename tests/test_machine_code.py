@@ -46,23 +46,29 @@ def assert_no_spills(usage: str, code: str) -> None:
     assert "STACK:0 " in usage and not re.search(r"\b(STL|LDL)\b", code), usage
 
 
+def assert_tuned_spills(usage: str, code: str) -> int:
+    """A tuned launch's spills: the autotuner times a launch with a few spilled registers
+    (platforms/search_space.py) and keeps it only where it measured faster than every
+    launch without; none beyond that, and no local traffic without a stack frame. Returns
+    the stack frame's bytes."""
+    stack_bytes = int(re.search(r"STACK:(\d+)", usage)[1])
+    assert stack_bytes <= MAX_STACK_BYTES, f"register spills: {usage}"
+    if not stack_bytes:
+        assert not re.search(r"\b(STL|LDL)\b", code), "local-memory traffic in the SASS"
+    return stack_bytes
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS + LARGE_HEAD_DIMS)
 def test_hopper_entry_uses_warpgroup_mma_and_tma_without_spills(head_dim, causal):
     """What the drop-in runs on sm_90: the fastest step at its tuned launch."""
     step = fastest_step(entry_for("sm_90"), head_dim, causal)
     cubin = compile_step(step, "sm_90", dtype="float16", head_dim=head_dim, causal=causal)
-    usage = resource_usage(cubin)
-    stack_bytes = int(re.search(r"STACK:(\d+)", usage)[1])
-    code = sass(cubin)
+    usage, code = resource_usage(cubin), sass(cubin)
     assert "HGMMA" in code and "UTMALDG" in code
-    # The autotuner times a launch with a few spilled registers (platforms/search_space.py)
-    # and keeps it only where it measured faster than every launch without.
-    assert stack_bytes <= MAX_STACK_BYTES, f"register spills: {usage}"
+    stack_bytes = assert_tuned_spills(usage, code)
     if head_dim in LARGE_HEAD_DIMS:  # the tuned launches past D=256 spill nothing
         assert stack_bytes == 0, f"register spills: {usage}"
-    if not stack_bytes:
-        assert not re.search(r"\b(STL|LDL)\b", code), "local-memory traffic in the SASS"
 
 
 def test_outputs_and_gradients_are_stored_by_tma_as_in_the_run_time_kernels():
@@ -258,15 +264,18 @@ def test_value_tiles_narrower_than_query_tiles_keep_warpgroup_mma_without_spills
         assert_no_spills(usage, code)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_fp8_forward_multiplies_in_float8_with_tma_loads_and_no_spills(head_dim):
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_fp8_forward_multiplies_in_float8_with_tma_loads_and_tuned_spills(head_dim, causal):
     """Both products are float8 warpgroup MMAs (QGMMA, none in 16 bits), V^T's tiles too
-    are TMA loads, and the launch the table gives spills nothing."""
-    cubin = compile_fp8("sm_90", head_dim=head_dim, causal=True)
+    are TMA loads, and the launch the table gives spills no more than a tuned launch may.
+    At D=256 its 128-row tiles fit only with the products accumulated in the tensor cores
+    (without, 464-528 bytes of stack: kernels/fp8.py)."""
+    cubin = compile_fp8("sm_90", head_dim=head_dim, causal=causal)
     usage, code = resource_usage(cubin), sass(cubin)
     assert "QGMMA" in code and "E4M3.E4M3" in code and "HGMMA" not in code
     assert "UTMALDG" in code
-    assert_no_spills(usage, code)
+    assert_tuned_spills(usage, code)
 
 
 @pytest.mark.parametrize("name,causal", [("fmha", True), ("fmha", False), ("dkdv", True),
