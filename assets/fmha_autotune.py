@@ -27,7 +27,8 @@ SDPA's cuDNN backend on as many sequences of one length with the same FLOPs; it 
 platforms/tuned/<arch>-varlen.json, which the variable-length launcher reads.
 
 --fp8 searches the FP8 forward (kernels/fp8.py: step 9's loop on float8_e4m3fn inputs) over
-its own candidates (platforms/search_space.py), at --batch x --seq-len, against SDPA's cuDNN backend in bfloat16 on the
+its own candidates (platforms/search_space.py, with the share of the exponentials computed on
+the FMA pipes), at --batch x --seq-len, against SDPA's cuDNN backend in bfloat16 on the
 same shape; it writes platforms/tuned/<arch>-fp8.json, which the FP8 launcher reads.
 
 --decode searches the decode kernel (kernels/decode.py) per head dim: keys per tile and
@@ -100,6 +101,8 @@ COLUMNS = [Column("head_dim", "D"), Column("causal", "causal"), Column("step", "
            Column("median_tflops", f"median of {1 + CONFIRM_ROUNDS} (finalists)", ".1f"),
            Column("stack_bytes", "stack frame (bytes)"),
            Column("skipped", "skipped")]
+# The FP8 forward's candidates also differ in their exponentials on the FMA pipes.
+FP8_COLUMNS = COLUMNS[:7] + [Column("fma_exp2", "exponentials on FMA (1 in)")] + COLUMNS[7:]
 
 
 def head_dim_argument(text: str) -> int | tuple[int, int]:
@@ -293,7 +296,9 @@ def _time_launch(arch, head_dim, causal, workload: Workload, launch: TunedLaunch
 def describe(launch: TunedLaunch) -> str:
     return (f"step {launch.step}, {describe_tiles(launch.tiles)}, occupancy "
             f"{launch.occupancy}, worker warps {launch.num_worker_warps or 'auto'}, CTAs "
-            f"{launch.num_ctas or 'auto'}")
+            f"{launch.num_ctas or 'auto'}"
+            + (f", 1 exponential in {launch.fma_exp2} on the FMA pipes" if launch.fma_exp2
+               else ""))
 
 
 def candidates(arch: str, head_dim: int, kernel: str = "dense") -> list[TunedLaunch]:
@@ -632,7 +637,8 @@ def _row(head_dim, causal, launch: TunedLaunch, tflops, backend, sdpa, skipped) 
             "occupancy": launch.occupancy, "num_worker_warps": launch.num_worker_warps,
             "num_ctas": launch.num_ctas, "tflops": tflops, "sdpa_backend": backend,
             "sdpa_tflops": sdpa, "vs_sdpa": tflops / sdpa if tflops else None,
-            "skipped": skipped, "launch": launch}
+            "skipped": skipped, "launch": launch} | (
+                {"fma_exp2": launch.fma_exp2} if launch.fma_exp2 else {})
 
 
 def main(argv=None) -> int:
@@ -675,7 +681,7 @@ def main(argv=None) -> int:
         best, rows = search(args, arch, save)
     search_table = table(rows)
     columns = DECODE_COLUMNS if args.decode else BACKWARD_COLUMNS if args.backward else \
-        COLUMNS
+        FP8_COLUMNS if args.fp8 else COLUMNS
     print(measure.format_context(context))
     print(measure.format_table(search_table, columns))
     if args.markdown:

@@ -22,6 +22,13 @@ warpgroup beside acc, so 128-row tiles spilled and the launch fell back to 64-ro
 Against float64 on random inputs of up to 16k keys the output's error is unchanged (D=256's
 LSE error up to twice); at 128k keys it is up to 7% larger (docs/performance.md, "FP8
 forward").
+
+A float8 product takes half as long as a 16-bit one, the softmax's exponentials as long as
+ever: at D=128 the multi-function unit's MUFU.EX2 is as busy as the tensor cores. So the
+launch may move one exponential in FMA_EXP2 of each unmasked key tile to the FMA pipes
+(a quadratic, far more precise than P's e4m3; TunedLaunch.fma_exp2, 0 for none): 1 in 8
+without the mask and 1 in 16 under it at D=128 on an H200: 2-7% faster, without the mask
+from 4k keys and under it from 8k.
 """
 
 import cuda.tile as ct
@@ -34,7 +41,7 @@ from .step9_unmasked_loop import attend_query_tile
 @ct.kernel(occupancy=occupancy_by_target(), num_worker_warps=worker_warps_by_target())
 def fmha(Q, K, V, Out, Lse, QDescale, KDescale, VDescale, qk_scale: float, query_offset: int,
          TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-         CAUSAL: ConstBool, WRITE_LSE: ConstBool):
+         CAUSAL: ConstBool, WRITE_LSE: ConstBool, FMA_EXP2: ConstInt):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
         q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_D, QUERY_GROUP)
@@ -42,4 +49,5 @@ def fmha(Q, K, V, Out, Lse, QDescale, KDescale, VDescale, qk_scale: float, query
     scores_scale = qk_scale * ct.gather(QDescale, (batch, head)) * ct.gather(KDescale, descale)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, scores_scale, query_offset,
                       TILE_D, 0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, True,
-                      ct.gather(VDescale, descale), False, 0.0, False, 0, 0, False, Lse)
+                      ct.gather(VDescale, descale), FMA_EXP2, False, 0.0, False, 0, 0, False,
+                      Lse)

@@ -18,20 +18,23 @@ import math
 import cuda.tile as ct
 
 from ..platforms import occupancy_by_target, worker_warps_by_target
-from .common import INV_LOG_2, LN_2, ConstBool, ConstInt, query_tiles_longest_first
+from .common import (INV_LOG_2, LN_2, ConstBool, ConstInt, exp2_split,
+                     query_tiles_longest_first)
 
 
 def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_head, k_len,
            last_key, offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
            TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
-           MASKED: ConstBool, FP8: ConstBool, SOFTCAP: ConstBool,
+           MASKED: ConstBool, FP8: ConstBool, FMA_EXP2: ConstInt, SOFTCAP: ConstBool,
            tanh_scale, WINDOW: ConstBool, window_left, window_right):
     """Key tiles first_tile..end_tile-1 into the running (m_i, l_i, acc); with MASKED, past
     the causal diagonal, the last key and the window are masked. FP8: V is stored
-    transposed (see kernels/fp8.py). SOFTCAP: the scores are tanh(qk * tanh_scale), which
-    qk_scale_log2 then scales (see kernels/variants.py). WINDOW: row i sees keys
-    last_key[i] - window_left to last_key[i] + window_right. TILE_D_TAIL: Q's and K's
-    columns past TILE_D (q_tail), a product of their own (``attend_query_tile``)."""
+    transposed (see kernels/fp8.py). FMA_EXP2: one exponential in FMA_EXP2 of the
+    unmasked tiles on the FMA pipes (``exp2_split``; 0: none). SOFTCAP: the scores are
+    tanh(qk * tanh_scale), which qk_scale_log2 then scales (see kernels/variants.py).
+    WINDOW: row i sees keys last_key[i] - window_left to last_key[i] + window_right.
+    TILE_D_TAIL: Q's and K's columns past TILE_D (q_tail), a product of their own
+    (``attend_query_tile``)."""
     for j in range(first_tile, end_tile):
         k_t = ct.load(K, index=(batch, kv_head, 0, j), shape=(1, 1, TILE_D, TILE_N),
                       order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
@@ -64,7 +67,13 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
                 # A row can see no key of a tile at a window's edge, and none before it:
                 # subtract 0, not -inf (exp2(-inf + inf) would be NaN), so its p is 0.
                 m_subtracted = ct.where(m_ij == -math.inf, 0.0, m_ij)
-        p = ct.exp2(qk * qk_scale_log2 - m_subtracted, flush_to_zero=True)
+        exponent = qk * qk_scale_log2 - m_subtracted
+        if FMA_EXP2 > 0 and not MASKED:
+            # float8 products take half as long as 16-bit ones, the exponentials as long:
+            # a share of them on the FMA pipes (unmasked tiles: finite exponents)
+            p = exp2_split(exponent, FMA_EXP2)
+        else:
+            p = ct.exp2(exponent, flush_to_zero=True)
         alpha = ct.exp2(m_i - m_subtracted, flush_to_zero=True)  # rescales the old sums
         l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
         acc = acc * alpha
@@ -90,7 +99,7 @@ def fmha(Q, K, V, Out, Lse, qk_scale: float, query_offset: int,
     if CAUSAL:
         q_tile, head, batch = query_tiles_longest_first(K, TILE_D, TILE_D, QUERY_GROUP)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
-                      0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0,
+                      0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False, 1.0, 0,
                       False, 0.0, False, 0, 0, False, Lse)
 
 
@@ -98,7 +107,7 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
                       TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
                       TILE_M: ConstInt, TILE_N: ConstInt,
                       QUERY_GROUP: ConstInt, CAUSAL: ConstBool, WRITE_LSE: ConstBool,
-                      FP8: ConstBool, v_scale, SOFTCAP: ConstBool, softcap,
+                      FP8: ConstBool, v_scale, FMA_EXP2: ConstInt, SOFTCAP: ConstBool, softcap,
                       WINDOW: ConstBool, window_left, window_right, SINKS: ConstBool, Sinks):
     """One query tile of one head against every key it sees: its rows of Out and (with
     WRITE_LSE) of Lse; TILE_D columns of Q and K, TILE_DV of V and Out (this step's kernel:
@@ -109,8 +118,9 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
     the variants' (kernels/variants.py) run this very code, the first on views of one
     sequence. The constants after WRITE_LSE each turn on one variant, with its run-time
     values after it (unused when off): FP8: float8 inputs, V stored transposed, the output
-    multiplied by `v_scale` (V's dequantization factor). SOFTCAP: scores softcap *
-    tanh(scores / softcap). WINDOW: row i sees keys within window_left before and
+    multiplied by `v_scale` (V's dequantization factor). FMA_EXP2: a share of the
+    exponentials on the FMA pipes (``attend``). SOFTCAP: scores softcap * tanh(scores /
+    softcap). WINDOW: row i sees keys within window_left before and
     window_right after its diagonal key. SINKS: one more logit per head, Sinks[head], in
     each row's softmax denominator."""
     kv_head = head // QUERY_GROUP  # grouped-query attention: QUERY_GROUP heads share K/V
@@ -141,7 +151,7 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
         q_tile * TILE_M, (q_tile + 1) * TILE_M, k_len, query_offset, TILE_N, CAUSAL, WINDOW,
         window_left, window_right)
     tiles = (TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, CAUSAL)
-    variants = (FP8, SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+    variants = (FP8, FMA_EXP2, SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
     shared = (Q, K, V, q, q_tail)
     where = (batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2)
     if WINDOW:  # the tiles across the window's lower edge

@@ -37,4 +37,4 @@ def fmha(Q, K, V, Out, Lse, Sinks, qk_scale: float, query_offset: int, softcap: 
                                                         QUERY_GROUP)
     attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_offset, TILE_D,
                       TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, False,
-                      1.0, SOFTCAP, softcap, WINDOW, window_left, window_right, SINKS, Sinks)
+                      1.0, 0, SOFTCAP, softcap, WINDOW, window_left, window_right, SINKS, Sinks)

@@ -156,7 +156,7 @@ def fmha(Q, K, V, Out, Lse, Sinks, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
         else:
             attend_query_tile(Q, K, V, Out, Lse, 0, head, q_tile, qk_scale, k_len - q_len,
                               TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
-                              CAUSAL, WRITE_LSE, False, 1.0, SOFTCAP, softcap, WINDOW,
+                              CAUSAL, WRITE_LSE, False, 1.0, 0, SOFTCAP, softcap, WINDOW,
                               window_left, window_right, SINKS, Sinks)
     fill_past_the_grid(Out, Lse, head, tile, ct.num_blocks(0), num_q_tiles, 0, TILE_M, TILE_DV,
                        TILE_DV, CAUSAL, WRITE_LSE)

@@ -46,6 +46,11 @@ class TileShape:
     tile_v: int | None = None
 
 
+# The fewest columns of a key tile whose exponentials go to the FMA pipes together
+# (TunedLaunch.fma_exp2): one 8-column group of the warpgroup product's accumulator layout.
+MIN_FMA_EXP2_COLUMNS = 8
+
+
 @dataclass(frozen=True)
 class TunedLaunch:
     """What the autotuner measured fastest on one GPU for one head dim, causal or not:
@@ -55,6 +60,10 @@ class TunedLaunch:
     occupancy: int
     num_worker_warps: int | None = None  # None: the compiler's choice
     num_ctas: int | None = None  # None: the compiler's choice
+    # The FP8 forward's only (kernels/fp8.py): one exponential in fma_exp2 of each unmasked
+    # key tile computed on the FMA pipes, not by MUFU.EX2 (a power of two from 2 up to
+    # tile_n / MIN_FMA_EXP2_COLUMNS; 0: none). A constant of the kernel, not a compiler hint.
+    fma_exp2: int = 0
 
     def hints(self) -> dict:
         """The ``@ct.kernel`` hints, for ``kernel.replace_hints`` (None replaces the kernel's

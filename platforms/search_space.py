@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from .entry import TileShape, TunedLaunch
+from .entry import MIN_FMA_EXP2_COLUMNS, TileShape, TunedLaunch
 
 
 @dataclass(frozen=True)
@@ -20,12 +20,15 @@ class SearchSpace:
     occupancy: tuple[int, ...]
     num_worker_warps: tuple[int | None, ...]  # None: the compiler's choice
     num_ctas: tuple[int | None, ...]  # None: the compiler's choice
+    fma_exp2: tuple[int, ...] = (0,)  # the FP8 forward's share of exponentials on FMA pipes
 
     def launches(self, step: int) -> list[TunedLaunch]:
-        """Every candidate, for `step`."""
-        return [TunedLaunch(step, tiles, occupancy, warps, ctas)
-                for tiles, occupancy, warps, ctas in itertools.product(
-                    self.tiles, self.occupancy, self.num_worker_warps, self.num_ctas)]
+        """Every candidate, for `step` (a share of exponentials on the FMA pipes only where
+        the tile has as many columns: TunedLaunch.fma_exp2)."""
+        return [TunedLaunch(step, tiles, occupancy, warps, ctas, fma_exp2)
+                for tiles, occupancy, warps, ctas, fma_exp2 in itertools.product(
+                    self.tiles, self.occupancy, self.num_worker_warps, self.num_ctas,
+                    self.fma_exp2) if fma_exp2 <= tiles.tile_n // MIN_FMA_EXP2_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,13 @@ def search_space_for(arch: str) -> SearchSpace:
 # The FP8 forward (kernels/fp8.py), on every architecture that has it: float8 K and V tiles
 # are half the bytes, so 256-key tiles fit in shared memory. (They were the only ones without
 # spills at D=256 on sm_90 until the products accumulated in the tensor cores, 2026-11-27;
-# since, 128x128 wins there: docs/performance.md, "FP8 forward".)
+# since, 128x128 wins there: docs/performance.md, "FP8 forward".) Float8 products take half
+# as long as 16-bit ones beside the same exponentials, so the search also moves one in 8 or
+# 16 of them to the FMA pipes (TunedLaunch.fma_exp2): at D=128 on 128x256 tiles that ran
+# 2-7% faster on an H200, at D=256 1.5-3.4% slower (docs/performance.md, "FP8 forward").
 FP8_SEARCH_SPACE = SearchSpace(
     tiles=(TileShape(64, 64),) + _64_TO_128 + (TileShape(64, 256), TileShape(128, 256)),
-    occupancy=(1, 2), num_worker_warps=(None, 8), num_ctas=(None,))
+    occupancy=(1, 2), num_worker_warps=(None, 8), num_ctas=(None,), fma_exp2=(0, 8, 16))
 
 
 # Past D=256 (steps 10-11), on every architecture: TILE_M 64 (the accumulators of 64 rows

@@ -2,7 +2,8 @@
 
 ``python assets/fmha_autotune.py`` writes ``tuned/<arch>.json`` (head dims 64-256),
 ``tuned/<arch>-large-head-dims.json`` (steps 10-11, past 256), with --varlen
-``tuned/<arch>-varlen.json`` (the variable-length forward) and with --decode
+``tuned/<arch>-varlen.json`` (the variable-length forward), with --fp8
+``tuned/<arch>-fp8.json`` (the FP8 forward, whose launches add ``fma_exp2``) and with --decode
 ``tuned/<arch>-decode.json`` (the decode kernel's launch and split rule per head dim), on a
 GPU of that architecture:
 where and with what it measured, the fastest launch per head dim and causal or not (the
@@ -17,7 +18,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .entry import DECODE_GUESS, HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TileShape, TunedLaunch
+from .entry import (DECODE_GUESS, HEAD_DIMS, LARGE_HEAD_DIMS, MIN_FMA_EXP2_COLUMNS, DecodeLaunch,
+                    TileShape, TunedLaunch)
 
 TUNED_DIR = Path(__file__).with_name("tuned")
 CONTEXT_KEYS = ("gpu", "date", "cuda_tile", "tileiras", "torch", "shape")
@@ -48,10 +50,11 @@ def launch_record(head_dim: int, causal: bool, launch: TunedLaunch) -> dict:
     """One launch as the JSON file stores it."""
     tiles = launch.tiles
     tiled = {"tile_k": tiles.tile_k, "tile_v": tiles.tile_v} if tiles.tile_k else {}
+    fma = {"fma_exp2": launch.fma_exp2} if launch.fma_exp2 else {}
     return {"head_dim": head_dim, "causal": causal, "step": launch.step,
             "tile_m": tiles.tile_m, "tile_n": tiles.tile_n, **tiled,
             "occupancy": launch.occupancy, "num_worker_warps": launch.num_worker_warps,
-            "num_ctas": launch.num_ctas}
+            "num_ctas": launch.num_ctas, **fma}
 
 
 def decode_record(head_dim: int, launch: DecodeLaunch) -> dict:
@@ -81,7 +84,21 @@ def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
                       *(record.get(key) for key in TILED_HEAD_DIM_KEYS))
     launch = TunedLaunch(step=record["step"], tiles=tiles, occupancy=record["occupancy"],
                          num_worker_warps=record["num_worker_warps"], num_ctas=record["num_ctas"])
+    if "fma_exp2" in record:
+        raise ValueError(f"{where}: fma_exp2 is the FP8 forward's (its file's) only: {record}")
     return (record["head_dim"], record["causal"]), launch
+
+
+def _fp8_launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
+    """A launch of the FP8 forward's file: a launch and its share of exponentials on the
+    FMA pipes (fma_exp2; none where the record lacks it)."""
+    share = record.get("fma_exp2", 0)
+    key, launch = _launch({k: v for k, v in record.items() if k != "fma_exp2"}, where)
+    most = launch.tiles.tile_n // MIN_FMA_EXP2_COLUMNS
+    if share and not (isinstance(share, int) and share & (share - 1) == 0 and 2 <= share <= most):
+        raise ValueError(f"{where}: fma_exp2 must be 0 or a power of two from 2 up to "
+                         f"tile_n / {MIN_FMA_EXP2_COLUMNS} ({most}): {record}")
+    return key, dataclasses.replace(launch, fma_exp2=share)
 
 
 def record_key(record: dict) -> tuple:
@@ -145,9 +162,9 @@ def load_tuned(arch: str) -> dict:
     "decode_note" from the decode one; {} where the autotuner has not run."""
     found = [load_launches(arch, path) for path in (tuned_path(arch), tuned_path(arch, True))
              if path.exists()]
-    fields = {field: load_launches(arch, path)[0]
-              for field, path in (("varlen_tuned", tuned_path(arch, varlen=True)),
-                                  ("fp8_tuned", tuned_path(arch, fp8=True)))
+    files = (("varlen_tuned", tuned_path(arch, varlen=True), _launch),
+             ("fp8_tuned", tuned_path(arch, fp8=True), _fp8_launch))
+    fields = {field: load_launches(arch, path, parse)[0] for field, path, parse in files
               if path.exists()}
     decode = tuned_path(arch, decode=True)
     if decode.exists():

@@ -233,14 +233,15 @@ FORWARD = KernelFamily(
 
 # The FP8 forward (kernels/fp8.py): Q, K float8_e4m3fn as in FORWARD, V stored transposed
 # (batch, kv_heads, D, k_len), Out bfloat16, and after Lse the float32 dequantization
-# factors of Q (batch, heads), K and V (batch, kv_heads). The grid is FORWARD's.
+# factors of Q (batch, heads), K and V (batch, kv_heads); FMA_EXP2 (the launch's fma_exp2:
+# a share of the exponentials on the FMA pipes, 0 none). The grid is FORWARD's.
 FORWARD_FP8 = KernelFamily(
     name="forward, float8",
     parameters=_QKV[:2] + (Tensor("V", 4, rows_dim=3),
                            Tensor("Out", 4, ct.bfloat16, head_dim_last=True, rows_dim=2), _LSE)
     + tuple(Tensor(name, 2, ct.float32, aligned=False)
             for name in ("QDescale", "KDescale", "VDescale"))
-    + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"),),
+    + _ATTENTION_SETTINGS + (Constant("WRITE_LSE"), Constant("FMA_EXP2")),
     grid=tiles_per_head("Q", "TILE_M"),
 )
 

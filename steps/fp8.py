@@ -30,11 +30,13 @@ def check_fp8_arch(arch: str) -> None:
 def fp8_kernel(entry: PlatformEntry, *, head_dim: int, causal: bool, query_group: int,
                write_lse: bool) -> tuple[object, dict]:
     """(kernel with its hints, compile-time constants) of the FP8 forward with `entry`'s
-    launch: the autotuner's FP8 one where it has run, else step 9's."""
-    tiles, hints = launch_of(entry, entry.fp8_tuned.get((head_dim, causal)), QUERY_TILE_STEP,
-                             head_dim=head_dim, causal=causal)
+    launch: the autotuner's FP8 one where it has run (with its share of exponentials on
+    the FMA pipes), else step 9's (none)."""
+    tuned = entry.fp8_tuned.get((head_dim, causal))
+    tiles, hints = launch_of(entry, tuned, QUERY_TILE_STEP, head_dim=head_dim, causal=causal)
     return with_hints(kernels.fmha, hints), forward_constants(
-        head_dim, tiles, query_group=query_group, causal=causal, write_lse=write_lse)
+        head_dim, tiles, query_group=query_group, causal=causal, write_lse=write_lse) | {
+        "FMA_EXP2": tuned.fma_exp2 if tuned else 0}
 
 
 def fp8_forward(q, k, v_t, q_descale, k_descale, v_descale, *, causal: bool, scale: float,

@@ -9,6 +9,7 @@ forward multiplies on the float8 warpgroup path and the softcap is a hardware ta
 """
 
 import ast
+import dataclasses
 import importlib.util
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from cutile_fmha.kernels import decode as decode_kernels
 from cutile_fmha.kernels import step5_occupancy, step6_approx_div, step9_unmasked_loop
 from cutile_fmha.platforms import HEAD_DIMS, LARGE_HEAD_DIMS, entry_for
 from cutile_fmha.platforms.backward import backward_entry_for
+from cutile_fmha.platforms.entry import TileShape, TunedLaunch
 from cutile_fmha.platforms.environment import find_compiler, find_cuda_tool
 from cutile_fmha.platforms.search_space import MAX_STACK_BYTES
 from cutile_fmha.steps import STEPS
@@ -276,6 +278,23 @@ def test_fp8_forward_multiplies_in_float8_with_tma_loads_and_tuned_spills(head_d
     assert "QGMMA" in code and "E4M3.E4M3" in code and "HGMMA" not in code
     assert "UTMALDG" in code
     assert_tuned_spills(usage, code)
+
+
+def test_fp8_launch_moves_its_share_of_exponentials_off_the_multi_function_unit():
+    """A launch's fma_exp2 takes one exponential in fma_exp2 of each unmasked key tile off
+    MUFU.EX2, and leaves the products and the pipeline as they were: 128x256 tiles at D=128,
+    eight worker warps (two warpgroups of 64 rows), so a thread's unmasked tile has 128
+    exponentials and 1 in 8 of them moves: 16 fewer, and no stack."""
+    counts = {}
+    for share in (0, 8):
+        launch = TunedLaunch(9, TileShape(128, 256), 1, 8, fma_exp2=share)
+        entry = dataclasses.replace(entry_for("sm_90"), fp8_tuned={(128, False): launch})
+        cubin = compile_fp8("sm_90", head_dim=128, causal=False, entry=entry)
+        usage, code = resource_usage(cubin), sass(cubin)
+        assert_no_spills(usage, code)
+        counts[share] = (code.count("MUFU.EX2"), code.count("QGMMA"), usage.split("SHARED:")[1])
+    assert counts[0][0] - counts[8][0] == 16
+    assert counts[0][1:] == counts[8][1:]
 
 
 @pytest.mark.parametrize("name,causal", [("fmha", True), ("fmha", False), ("dkdv", True),

@@ -304,6 +304,29 @@ def test_a_partial_search_keeps_the_launches_it_did_not_measure(tmp_path, monkey
     backward_entry_for.cache_clear()
 
 
+def test_fp8_launches_carry_their_share_of_exponentials_on_the_fma_pipes(tmp_path, monkeypatch):
+    """The FP8 file's launches keep fma_exp2 (a record without it has none); it must be a
+    power of two the tile's columns allow, and no other file's launch takes it."""
+    monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
+    launches = {(128, False): TunedLaunch(9, TileShape(128, 256), 1, 8, fma_exp2=8),
+                (128, True): TunedLaunch(9, TileShape(128, 128), 1, 8)}
+    path = tuned.tuned_path("sm_90", fp8=True)
+    tuned.write_tuned("sm_90", CONTEXT, launches, [], path)
+    assert tuned.load_tuned("sm_90")["fp8_tuned"] == launches
+    data = json.loads(path.read_text())
+    assert [record.get("fma_exp2") for record in data["launches"]] == [8, None]
+    for share in (3, 64, 1):  # not a power of two; more than 256 / 8 columns allow; one
+        data["launches"][0]["fma_exp2"] = share
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=r"sm_90-fp8.json: fma_exp2 must be 0 or a power "
+                                             r"of two from 2 up to tile_n / 8 \(32\)"):
+            tuned.load_tuned("sm_90")
+    path.unlink()
+    tuned.write_tuned("sm_90", CONTEXT, launches, [], tuned.tuned_path("sm_90", varlen=True))
+    with pytest.raises(ValueError, match=r"sm_90-varlen.json: fma_exp2 is the FP8 forward's"):
+        tuned.load_tuned("sm_90")
+
+
 def test_malformed_tuned_file_names_itself(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
     (tmp_path / "sm_90.json").write_text(json.dumps(

@@ -107,6 +107,10 @@ def test_autotune_searches_the_fp8_forward_over_its_own_space_with_256_key_tiles
     launches = autotune.candidates("sm_90", 128, "fp8")
     assert {launch.step for launch in launches} == {9}
     assert {launch.tiles.tile_n for launch in launches} == {64, 128, 256}
+    # a share of the exponentials on the FMA pipes where the tile has 8 columns for it
+    assert {(launch.tiles.tile_n, launch.fma_exp2) for launch in launches} == {
+        (64, 0), (64, 8), (128, 0), (128, 8), (128, 16), (256, 0), (256, 8), (256, 16)}
+    assert {launch.fma_exp2 for launch in autotune.candidates("sm_90", 128)} == {0}
     for argv in (["--fp8", "--varlen"], ["--fp8", "--head-dim", "512"]):
         with pytest.raises(SystemExit):
             autotune.parse_args(argv)
