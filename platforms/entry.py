@@ -65,6 +65,14 @@ class TunedLaunch:
     # tile_n / MIN_FMA_EXP2_COLUMNS; 0: none). A constant of the kernel, not a compiler hint.
     fma_exp2: int = 0
 
+    def __post_init__(self):
+        most = self.tiles.tile_n // MIN_FMA_EXP2_COLUMNS
+        share = self.fma_exp2
+        if share and not (isinstance(share, int) and share & (share - 1) == 0
+                          and 2 <= share <= most):
+            raise ValueError(f"fma_exp2 must be 0 or a power of two from 2 up to tile_n / "
+                             f"{MIN_FMA_EXP2_COLUMNS} ({most}), got {share!r}")
+
     def hints(self) -> dict:
         """The ``@ct.kernel`` hints, for ``kernel.replace_hints`` (None replaces the kernel's
         own value with the compiler's choice)."""

@@ -18,8 +18,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .entry import (DECODE_GUESS, HEAD_DIMS, LARGE_HEAD_DIMS, MIN_FMA_EXP2_COLUMNS, DecodeLaunch,
-                    TileShape, TunedLaunch)
+from .entry import DECODE_GUESS, HEAD_DIMS, LARGE_HEAD_DIMS, DecodeLaunch, TileShape, TunedLaunch
 
 TUNED_DIR = Path(__file__).with_name("tuned")
 CONTEXT_KEYS = ("gpu", "date", "cuda_tile", "tileiras", "torch", "shape")
@@ -92,13 +91,11 @@ def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
 def _fp8_launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:
     """A launch of the FP8 forward's file: a launch and its share of exponentials on the
     FMA pipes (fma_exp2; none where the record lacks it)."""
-    share = record.get("fma_exp2", 0)
     key, launch = _launch({k: v for k, v in record.items() if k != "fma_exp2"}, where)
-    most = launch.tiles.tile_n // MIN_FMA_EXP2_COLUMNS
-    if share and not (isinstance(share, int) and share & (share - 1) == 0 and 2 <= share <= most):
-        raise ValueError(f"{where}: fma_exp2 must be 0 or a power of two from 2 up to "
-                         f"tile_n / {MIN_FMA_EXP2_COLUMNS} ({most}): {record}")
-    return key, dataclasses.replace(launch, fma_exp2=share)
+    try:
+        return key, dataclasses.replace(launch, fma_exp2=record.get("fma_exp2", 0))
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}: {record}") from None
 
 
 def record_key(record: dict) -> tuple:

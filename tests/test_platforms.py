@@ -319,8 +319,10 @@ def test_fp8_launches_carry_their_share_of_exponentials_on_the_fma_pipes(tmp_pat
         data["launches"][0]["fma_exp2"] = share
         path.write_text(json.dumps(data))
         with pytest.raises(ValueError, match=r"sm_90-fp8.json: fma_exp2 must be 0 or a power "
-                                             r"of two from 2 up to tile_n / 8 \(32\)"):
+                                             r"of two from 2 up to tile_n / 8 \(32\), got"):
             tuned.load_tuned("sm_90")
+    with pytest.raises(ValueError, match=r"fma_exp2 must be .* up to tile_n / 8 \(8\), got 16"):
+        TunedLaunch(9, TileShape(128, 64), 1, 8, fma_exp2=16)
     path.unlink()
     tuned.write_tuned("sm_90", CONTEXT, launches, [], tuned.tuned_path("sm_90", varlen=True))
     with pytest.raises(ValueError, match=r"sm_90-varlen.json: fma_exp2 is the FP8 forward's"):
