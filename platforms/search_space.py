@@ -1,6 +1,8 @@
 """What the autotuner (assets/fmha_autotune.py) tries on each architecture, as data.
 
-Every combination of the tile shapes and hints below is one candidate launch. The sm_90
+Every combination of the tile shapes and hints below (and, for the FP8 forward, of its
+shares of exponentials on the FMA pipes that the tile's columns allow) is one candidate
+launch. The sm_90
 space is what two H100 searches of 2026-11-22 narrowed down (measurements/): no best launch
 had 32-row, 256-row or 64x64 tiles, num_worker_warps=4 or num_ctas=2. The compiler's own
 choice of worker warps (None) stays: with 64x128 tiles it is the fastest launch at D=128
