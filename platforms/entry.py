@@ -51,6 +51,14 @@ class TileShape:
 MIN_FMA_EXP2_COLUMNS = 8
 
 
+def fma_exp2_fits(share, tile_n: int) -> bool:
+    """Whether one exponential in `share` (TunedLaunch.fma_exp2) can move to the FMA pipes
+    in a key tile of `tile_n` columns: 0 (none), or a power of two from 2 that leaves
+    MIN_FMA_EXP2_COLUMNS columns or more to move."""
+    return share == 0 or (isinstance(share, int) and share & (share - 1) == 0
+                          and 2 <= share <= tile_n // MIN_FMA_EXP2_COLUMNS)
+
+
 @dataclass(frozen=True)
 class TunedLaunch:
     """What the autotuner measured fastest on one GPU for one head dim, causal or not:
@@ -66,12 +74,10 @@ class TunedLaunch:
     fma_exp2: int = 0
 
     def __post_init__(self):
-        most = self.tiles.tile_n // MIN_FMA_EXP2_COLUMNS
-        share = self.fma_exp2
-        if share and not (isinstance(share, int) and share & (share - 1) == 0
-                          and 2 <= share <= most):
+        if not fma_exp2_fits(self.fma_exp2, self.tiles.tile_n):
+            most = self.tiles.tile_n // MIN_FMA_EXP2_COLUMNS
             raise ValueError(f"fma_exp2 must be 0 or a power of two from 2 up to tile_n / "
-                             f"{MIN_FMA_EXP2_COLUMNS} ({most}), got {share!r}")
+                             f"{MIN_FMA_EXP2_COLUMNS} ({most}), got {self.fma_exp2!r}")
 
     def hints(self) -> dict:
         """The ``@ct.kernel`` hints, for ``kernel.replace_hints`` (None replaces the kernel's

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from .entry import MIN_FMA_EXP2_COLUMNS, TileShape, TunedLaunch
+from .entry import TileShape, TunedLaunch, fma_exp2_fits
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class SearchSpace:
         return [TunedLaunch(step, tiles, occupancy, warps, ctas, fma_exp2)
                 for tiles, occupancy, warps, ctas, fma_exp2 in itertools.product(
                     self.tiles, self.occupancy, self.num_worker_warps, self.num_ctas,
-                    self.fma_exp2) if fma_exp2 <= tiles.tile_n // MIN_FMA_EXP2_COLUMNS]
+                    self.fma_exp2) if fma_exp2_fits(fma_exp2, tiles.tile_n)]
 
 
 @dataclass(frozen=True)
