@@ -3,9 +3,10 @@
     python assets/fmha_decode_benchmark.py                     # the default grid, bf16, D=128
     python assets/fmha_decode_benchmark.py --batch 1 16 --cache 4096 32768 --json out.json
 
-One query token per sequence against caches of each length: dense with equal lengths,
-dense with ragged lengths (uniform from 1 to the cache length), and paged (shuffled block
-tables, block sizes 16/64/256). For each case: the time of one call (CUDA graph replays,
+One query token per sequence (or --q-len new tokens: speculative decoding, each seeing its
+cache causally, aligned to the cache's last key) against caches of each length: dense
+with equal lengths, dense with ragged lengths (uniform from q_len to the cache length), and
+paged (shuffled block tables, block sizes 16/64/256). For each case: the time of one call (CUDA graph replays,
 ``triton.testing.do_bench_cudagraph``), the K/V bytes of the real keys read per second,
 and that as a fraction of the device's HBM peak; SDPA's cuDNN and flash backends on the
 dense equal-length cases (the same rounds), and FlashAttention-4's decode where
@@ -46,6 +47,10 @@ def parse(argv=None):
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
     parser.add_argument("--block-sizes", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--q-len", type=int, nargs="+", default=[1],
+                        help="new tokens per sequence (default 1); SDPA's cases above 1 take "
+                             "the causal mask aligned to the last key: cuDNN as a boolean "
+                             "mask, flash as its lower-right causal")
     parser.add_argument("--max-gib", type=float, default=40.0,
                         help="skip cases whose K and V caches take more than this")
     parser.add_argument("--host-time", action="store_true",
@@ -58,17 +63,40 @@ def parse(argv=None):
 
 
 def cases(args):
-    for heads in args.heads:
-        for batch in args.batch:
-            for cache in args.cache:
-                yield heads, batch, cache, "dense", None
-                yield heads, batch, cache, "ragged", None
-                if heads == args.heads[0]:
-                    for block_size in args.block_sizes:
-                        yield heads, batch, cache, "paged", block_size
+    for q_len in args.q_len:
+        for heads in args.heads:
+            for batch in args.batch:
+                for cache in args.cache:
+                    yield heads, batch, cache, q_len, "dense", None
+                    yield heads, batch, cache, q_len, "ragged", None
+                    if heads == args.heads[0]:
+                        for block_size in args.block_sizes:
+                            yield heads, batch, cache, q_len, "paged", block_size
 
 
-def time_case(args, heads, batch, cache, layout, block_size, fa4):
+def sdpa_calls(query, keys, values):
+    """SDPA's cuDNN and flash backends on the dense equal-length case: one query row sees
+    every key; more see the cache causally, aligned to its last key."""
+    from torch.nn.attention import SDPBackend, bias, sdpa_kernel
+
+    q_len, cache = query.shape[2], keys.shape[2]
+    masks = {SDPBackend.CUDNN_ATTENTION: None, SDPBackend.FLASH_ATTENTION: None}
+    if q_len > 1:
+        masks = {SDPBackend.CUDNN_ATTENTION: torch.ones(q_len, cache, dtype=torch.bool,
+                                                        device=query.device).tril(cache - q_len),
+                 SDPBackend.FLASH_ATTENTION: bias.causal_lower_right(q_len, cache)}
+    calls = {}
+    for backend, name in ((SDPBackend.CUDNN_ATTENTION, "cuDNN"),
+                          (SDPBackend.FLASH_ATTENTION, "flash")):
+        def sdpa(backend=backend, mask=masks[backend]):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
+                                                      enable_gqa=True)
+        calls[name] = sdpa
+    return calls
+
+
+def time_case(args, heads, batch, cache, q_len, layout, block_size, fa4):
     from triton.testing import do_bench_cudagraph
 
     from cutile_fmha import attention_with_kvcache
@@ -76,9 +104,10 @@ def time_case(args, heads, batch, cache, layout, block_size, fa4):
     dtype = getattr(torch, args.dtype)
     kv_heads, head_dim = args.kv_heads, args.head_dim
     generator = torch.Generator(device="cuda").manual_seed(batch * cache)
-    query = torch.randn(batch, heads, 1, head_dim, device="cuda", dtype=dtype, generator=generator)
+    query = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=dtype,
+                        generator=generator)
     if layout == "ragged":
-        lengths = torch.randint(1, cache + 1, (batch,), device="cuda", generator=generator)
+        lengths = torch.randint(q_len, cache + 1, (batch,), device="cuda", generator=generator)
     else:
         lengths = torch.full((batch,), cache, device="cuda")
     lengths = lengths.to(torch.int32)
@@ -94,23 +123,20 @@ def time_case(args, heads, batch, cache, layout, block_size, fa4):
     read = 2 * kv_heads * head_dim * dtype.itemsize * lengths.sum().item()
     timings = {"ours": lambda: attention_with_kvcache(query, keys, values, lengths, **options)}
     if layout == "dense":
-        for backend, name in ((torch.nn.attention.SDPBackend.CUDNN_ATTENTION, "cuDNN"),
-                              (torch.nn.attention.SDPBackend.FLASH_ATTENTION, "flash")):
-            def sdpa(backend=backend):
-                with torch.nn.attention.sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)
-            timings[name] = sdpa
+        timings |= sdpa_calls(query, keys, values)
         if fa4 is not None:  # flash_attn.cute has no flash_attn_with_kvcache: its varlen
-            # function takes batched tensors with each sequence's key count (seqused_k)
+            # function takes batched tensors with each sequence's key count (seqused_k);
+            # its causal mask is aligned to the last key
             q, k, v = (t.transpose(1, 2) for t in (query, keys, values))
-            timings["FA4"] = lambda: fa4.flash_attn_varlen_func(q, k, v, seqused_k=lengths)
+            timings["FA4"] = lambda: fa4.flash_attn_varlen_func(q, k, v, seqused_k=lengths,
+                                                                causal=q_len > 1)
     seconds = {}
     for name, fn in timings.items():
         try:
             fn()
             seconds[name] = do_bench_cudagraph(fn, rep=50) * 1e-3
         except Exception as error:  # a backend that refuses a case: say so, keep going
-            print(f"{name} failed on {heads}/{batch}/{cache}/{layout}: "
+            print(f"{name} failed on {heads}/{batch}/{cache}/{q_len}/{layout}: "
                   f"{measure.one_line(error)}")
     return read, seconds
 
@@ -180,15 +206,15 @@ def main(argv=None) -> int:
     print(f"{name}, HBM peak {peak / 1e12 if peak else float('nan'):.2f} TB/s; FA4 "
           f"{'staged' if fa4 else 'not importable: skipped'}")
     rows = []
-    for heads, batch, cache, layout, block_size in tqdm(list(cases(args)), desc="decode"):
+    for heads, batch, cache, q_len, layout, block_size in tqdm(list(cases(args)), desc="decode"):
         gib = 2 * batch * args.kv_heads * cache * args.head_dim * 2 / 2**30
         if gib > args.max_gib:
             tqdm.write(f"skipped {heads}/{args.kv_heads} heads, batch {batch}, cache {cache}: "
                        f"{gib:.0f} GiB of cache > --max-gib {args.max_gib}")
             continue
-        read, seconds = time_case(args, heads, batch, cache, layout, block_size, fa4)
+        read, seconds = time_case(args, heads, batch, cache, q_len, layout, block_size, fa4)
         row = {"heads": f"{heads}/{args.kv_heads}", "batch": batch, "cache": cache,
-               "layout": layout + (f" {block_size}" if block_size else "")}
+               "q_len": q_len, "layout": layout + (f" {block_size}" if block_size else "")}
         for backend, time in seconds.items():
             row[f"{backend} us"] = round(time * 1e6, 1)
             row[f"{backend} GB/s"] = round(read / time / 1e9)

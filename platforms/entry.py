@@ -103,8 +103,21 @@ class DecodeLaunch:
     # more than a split saves the GPU on a cache of 512 keys (batch 1, 32/8 heads: 0.6 us at
     # D=128, 1.0 at 256, none at 64; unsplit, still 0.75-0.88x cuDNN's time there).
     unsplit_keys: int = 512
+    # From this many columns (heads of a K/V head x query rows, rounded up to powers of two:
+    # 128 is speculative decoding's 32 new tokens at 4 query heads a K/V head, or 16 at 8)
+    # the launch takes `wide_occupancy` CTAs per SM and `wide_worker_warps` instead. At two
+    # CTAs per SM and the compiler's warps the kernel spilled 0.8-3.4 KB a thread there (D
+    # 64-256, sm_90); one CTA of eight worker warps spills 0-360 bytes and took 0.30-0.87x
+    # the time (D 64-256, H200, 2026-11-27: docs/performance.md, "Speculative decoding").
+    # At 64 columns and fewer it was no faster.
+    wide_columns: int = 128
+    wide_occupancy: int = 1
+    wide_worker_warps: int | None = 8
 
-    def hints(self) -> dict:
+    def hints(self, columns: int = 1) -> dict:
+        """The compiler hints of a launch of `columns` columns."""
+        if columns >= self.wide_columns:
+            return {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         return {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
 
     def splits(self, ctas: int, keys: int, sms: int) -> int:

@@ -136,7 +136,8 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
              "splits": splits}
     return DecodePlan(
-        kernel=with_hints(kernels.decode, launch.hints()), grid=DECODE.grid(sizes),
+        kernel=with_hints(kernels.decode, launch.hints(group_tile * query_rows)),
+        grid=DECODE.grid(sizes),
         constants=constants, merge_grid=MERGE_SPLITS.grid(sizes | merge_constants),
         merge_constants=merge_constants,
         split_buffer_shape=(shape.batch, shape.kv_heads, splits, group_tile * query_rows,

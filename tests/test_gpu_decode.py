@@ -75,6 +75,9 @@ CASES = [
     (3, 12, 2, 3, 256, 513, (513, 200, 3), True),
     (4, 16, 16, 5, 64, 300, (5, 130, 299, 300), False),
     (2, 64, 8, 2, 128, 1000, (1000, 1), True),
+    # 128 columns (heads of a K/V head x query rows): the wide launch (DecodeLaunch)
+    (2, 32, 8, 32, 128, 1000, (1000, 40), True),
+    (2, 16, 2, 16, 256, 700, (700, 300), False),
 ]
 
 
@@ -105,7 +108,7 @@ def test_dense_cache_matches_the_reference(case, causal, splits, dtype):
 
 @pytest.mark.parametrize("block_size", [16, 32, 64, 256])  # 8, 4, 2 and 1 loads a key tile
 @pytest.mark.parametrize("splits", [1, 4, None])
-@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False)])
+@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False), (32, True)])
 def test_paged_cache_matches_the_reference(block_size, splits, q_len, causal):
     batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
     dtype = torch.bfloat16

@@ -131,6 +131,24 @@ def test_split_rule_fills_the_sms_without_short_splits(ctas, keys, splits):
     assert launch.splits(ctas, keys, sms=132) == splits
 
 
+@pytest.mark.parametrize("group,q_len,wide", [(4, 1, False), (4, 16, False), (8, 8, False),
+                                              (4, 32, True), (8, 16, True), (1, 128, True)])
+def test_a_launch_of_128_columns_takes_the_wide_hints(group, q_len, wide):
+    """From wide_columns columns (heads of a K/V head x query rows) the decode kernel runs
+    at the launch's wide occupancy and worker warps, below it at its own."""
+    from cutile_fmha.kernels import decode as kernels
+    from cutile_fmha.steps import decode
+    from cutile_fmha.steps.launcher import with_hints
+
+    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
+                          min_keys_per_split=256)
+    plan = decode.decode_plan(decode_shape(4096, group=group, q_len=q_len), launch, sms=132,
+                              device=None)
+    hints = {"occupancy": 1, "num_worker_warps": 8} if wide else \
+        {"occupancy": 2, "num_worker_warps": None}
+    assert plan.kernel is with_hints(kernels.decode, hints)
+
+
 def test_buffers_are_kept_only_outside_a_cuda_graphs_memory_pool(monkeypatch):
     from cutile_fmha.steps.decode import kept
 

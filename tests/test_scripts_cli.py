@@ -9,6 +9,7 @@ import torch
 
 from cutile_fmha.assets import fmha_autotune as autotune
 from cutile_fmha.assets import fmha_backward_benchmark as backward
+from cutile_fmha.assets import fmha_decode_benchmark as decode
 from cutile_fmha.assets import fmha_fp8_benchmark as fp8
 from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
@@ -179,6 +180,15 @@ def test_fp8_benchmark_defaults():
     args = fp8.parse_args([])
     assert (args.batch, args.head_dims, args.seq_lens) == (4, [128, 256], [4096, 8192, 16384])
     assert not args.no_fa4 and args.rounds == 3
+
+
+def test_decode_benchmark_takes_one_new_token_unless_told_more():
+    assert decode.parse([]).q_len == [1]
+    args = decode.parse(["--q-len", "1", "8", "--batch", "16", "--cache", "4096", "--heads", "32",
+                         "--block-sizes", "64"])
+    assert list(decode.cases(args)) == [
+        (32, 16, 4096, q_len, layout, block) for q_len in (1, 8)
+        for layout, block in (("dense", None), ("ragged", None), ("paged", 64))]
 
 
 def test_autotune_searches_decode_tiles_occupancies_and_split_rules():

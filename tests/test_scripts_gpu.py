@@ -93,12 +93,14 @@ def test_decode_benchmark_end_to_end(tmp_path, capsys):
     from cutile_fmha.assets import fmha_decode_benchmark as decode
 
     path = tmp_path / "decode.json"
-    assert decode.main(["--batch", "2", "--cache", "1000", "--heads", "32",
+    assert decode.main(["--batch", "2", "--cache", "1000", "--heads", "32", "--q-len", "1", "4",
                         "--block-sizes", "64", "--json", str(path)]) == 0
     rows = json.loads(path.read_text())["rows"]
-    assert [row["layout"] for row in rows] == ["dense", "ragged", "paged 64"]
+    assert [(row["q_len"], row["layout"]) for row in rows] == [
+        (q_len, layout) for q_len in (1, 4) for layout in ("dense", "ragged", "paged 64")]
     assert all(row["ours us"] > 0 and row["ours GB/s"] > 0 for row in rows)
-    assert rows[0]["cuDNN us"] > 0 and rows[0]["ours / cuDNN time"] > 0
+    for dense in (rows[0], rows[3]):  # SDPA, with the causal mask at the last key for 4
+        assert dense["cuDNN us"] > 0 and dense["flash us"] > 0 and dense["ours / cuDNN time"] > 0
     capsys.readouterr()
     assert decode.main(["--host-time", "--heads", "32"]) == 0
     printed = capsys.readouterr().out

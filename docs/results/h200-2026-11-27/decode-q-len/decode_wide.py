@@ -1,0 +1,14 @@
+import sys, dataclasses
+from cutile_fmha.platforms import entry_for
+from cutile_fmha.steps import compile as C
+from cutile_fmha.steps.decode import DecodeShape, decode_plan
+D, q_len, group = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+base = entry_for("sm_90").decode[D]
+for name, launch in (("table", base), ("o1 w8", dataclasses.replace(base, occupancy=1, num_worker_warps=8))):
+    for splits in (1, 16):
+        shape = DecodeShape(batch=16, head_dim=D, kv_heads=8, group=group, q_len=q_len, capacity=4096,
+                            block_size=None, causal=True, has_starts=False, has_lengths=True,
+                            write_lse=False, num_splits=splits)
+        plan = decode_plan(shape, launch, sms=132, device=None)
+        cub = C.export_cubin(plan.kernel, C.DECODE, dtype="bfloat16", constants=plan.constants, arch="sm_90")
+        print(f"D={D} q_len {q_len} group {group} {name} splits {splits}:", C.resource_usage(cub).split(" LOCAL")[0], "warp-specialized" if "USETMAXREG" in C.sass(cub) else "no producer warp", flush=True)
