@@ -2,16 +2,17 @@
 
     python assets/fmha_decode_benchmark.py                     # the default grid, bf16, D=128
     python assets/fmha_decode_benchmark.py --batch 1 16 --cache 4096 32768 --json out.json
+    python assets/fmha_decode_benchmark.py --q-len 1 4 8 16 --batch 16   # speculative decoding
 
 One query token per sequence (or --q-len new tokens: speculative decoding, each seeing its
 cache causally, aligned to the cache's last key) against caches of each length: dense
 with equal lengths, dense with ragged lengths (uniform from q_len to the cache length), and
-paged (shuffled block tables, block sizes 16/64/256). For each case: the time of one call (CUDA graph replays,
-``triton.testing.do_bench_cudagraph``), the K/V bytes of the real keys read per second,
-and that as a fraction of the device's HBM peak; SDPA's cuDNN and flash backends on the
-dense equal-length cases (the same rounds), and FlashAttention-4's decode where
-``flash_attn.cute`` can be imported. Cases whose caches would not fit in --max-gib are
-skipped with a line.
+paged (shuffled block tables, block sizes 16/64/256). For each case: the time of one call
+(CUDA graph replays, ``triton.testing.do_bench_cudagraph``), the K/V bytes of the real keys
+read per second, and that as a fraction of the device's HBM peak; SDPA's cuDNN and flash
+backends on the dense equal-length cases (the same rounds), and FlashAttention-4's decode
+where ``flash_attn.cute`` can be imported. Cases whose caches would not fit in --max-gib
+are skipped with a line.
 """
 
 import argparse
