@@ -114,7 +114,7 @@ class DecodeLaunch:
     wide_occupancy: int = 1
     wide_worker_warps: int | None = 8
 
-    def hints(self, columns: int = 1) -> dict:
+    def hints(self, columns: int) -> dict:
         """The compiler hints of a launch of `columns` columns."""
         if columns >= self.wide_columns:
             return {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}

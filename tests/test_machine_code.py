@@ -180,7 +180,8 @@ def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
     without = module_without(decode_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW", "SINKS")
     assert sass(export_cubin(plan.kernel, DECODE, dtype="bfloat16", constants=plan.constants,
                              arch="sm_90")) == \
-        sass(export_cubin(with_hints(without.decode, launch.hints()), DECODE,
+        sass(export_cubin(with_hints(without.decode, launch.hints(
+            plan.constants["GROUP_TILE"] * plan.constants["QUERY_ROWS"])), DECODE,
                           dtype="bfloat16", constants=plan.constants, arch="sm_90"))
 
 
