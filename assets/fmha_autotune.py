@@ -75,7 +75,7 @@ from cutile_fmha.platforms.backward import (KERNELS, SEARCHED, BackwardLaunch,
                                             backward_entry_for, backward_record,
                                             describe_head_dims, head_dim_pair, is_exact_pair,
                                             with_launches)
-from cutile_fmha.platforms.entry import PADDED_HEAD_DIM_MULTIPLE, launch_head_dim
+from cutile_fmha.platforms.entry import DECODE_GUESS, PADDED_HEAD_DIM_MULTIPLE, launch_head_dim
 from cutile_fmha.platforms.environment import find_cuda_tool
 from cutile_fmha.platforms.search_space import (FP8_SEARCH_SPACE, LARGE_HEAD_DIM_SEARCH_SPACE,
                                                 MAX_STACK_BYTES, search_space_for)
@@ -399,8 +399,11 @@ DECODE_COLUMNS = [Column("head_dim", "D"), Column("tile_n", "keys per tile"),
 
 def decode_candidates(head_dim: int) -> list[DecodeLaunch]:
     """Every decode launch to time at `head_dim`: tiles of at most 32 KB of K (a tile of V
-    as much again, double-buffered), each occupancy and split rule."""
-    return [DecodeLaunch(tile_n, occupancy, None, ctas_per_sm, min_keys)
+    as much again, double-buffered), each occupancy and split rule; what it does not
+    search, DECODE_GUESS's."""
+    return [dataclasses.replace(DECODE_GUESS[head_dim], tile_n=tile_n, occupancy=occupancy,
+                                num_worker_warps=None, ctas_per_sm=ctas_per_sm,
+                                min_keys_per_split=min_keys)
             for tile_n in DECODE_TILES if tile_n * head_dim * 2 <= 32 * 1024
             for occupancy in DECODE_OCCUPANCIES
             for ctas_per_sm, min_keys in DECODE_SPLIT_RULES]

@@ -113,12 +113,39 @@ class DecodeLaunch:
     wide_columns: int = 128
     wide_occupancy: int = 1
     wide_worker_warps: int | None = 8
+    # At this many columns (8 new tokens at 4 query heads a K/V head, 4 at 8; None: never),
+    # a grid of at most one CTA per SM and splits of at least `one_wave_keys` keys of the
+    # cache's capacity, the wide launch with tiles of at most `one_wave_tile_n` keys. At
+    # D=128 and 256 it spills nothing where the table's launch spilled 8-104 bytes (sm_90);
+    # it took 0.60-0.96x the table's time at one wave, but 1.06-1.18x at D=128 with splits
+    # of 512 keys and fewer (twice the loop's trips of 128-key tiles), 1.13-1.15x at two
+    # waves and more, and 1.17-1.43x at D=64 (H200, 2026-11-27: docs/performance.md,
+    # "Speculative decoding").
+    one_wave_columns: int | None = None
+    one_wave_tile_n: int = 64
+    one_wave_keys: int = 0
 
-    def hints(self, columns: int) -> dict:
-        """The compiler hints of a launch of `columns` columns."""
+    def tile_and_hints(self, columns: int, ctas: int, sms: int,
+                       keys_per_split: int) -> tuple[int, dict]:
+        """The keys per tile and the compiler hints of a launch of `columns` columns whose
+        grid is `ctas` CTAs on a GPU of `sms` SMs, over splits of `keys_per_split` keys of
+        the cache's capacity."""
+        wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         if columns >= self.wide_columns:
-            return {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
-        return {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
+            return self.tile_n, wide
+        if columns == self.one_wave_columns and ctas <= sms and \
+                keys_per_split >= self.one_wave_keys:
+            return min(self.tile_n, self.one_wave_tile_n), wide
+        return self.tile_n, {"occupancy": self.occupancy,
+                             "num_worker_warps": self.num_worker_warps}
+
+    def long_capacity(self, capacity: int, splits: int) -> int:
+        """The capacity a plan of `splits` splits is made for in place of `capacity`: the
+        least that takes the one-wave launch where `capacity` reaches it, else 0. A plan
+        depends on no more of the capacity, so those of a growing cache share at most two
+        plans per split count."""
+        least = splits * self.one_wave_keys
+        return least if least and capacity >= least else 0
 
     def splits(self, ctas: int, keys: int, sms: int) -> int:
         """How many splits `ctas` CTAs (batch x kv_heads) take over `keys` keys each."""
@@ -130,9 +157,12 @@ class DecodeLaunch:
 
 # Every entry's decode launch until the autotuner (--decode) measures one on its GPU: TMA
 # tiles of 128 keys (64 at D=256, where a K or V tile is as many bytes), two CTAs per SM,
-# splits up to one CTA per SM.
-DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256), 128: DecodeLaunch(128, 2, None, 1, 256),
-                256: DecodeLaunch(64, 2, None, 1, 256)}
+# splits up to one CTA per SM. What the autotuner does not search (the one-wave launch,
+# at D=128 and 256 only) its launches take from here.
+DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256),
+                128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
+                                  one_wave_keys=1024),
+                256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32)}
 
 
 @dataclass(frozen=True)

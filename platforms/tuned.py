@@ -29,7 +29,7 @@ TILED_HEAD_DIM_KEYS = ("tile_k", "tile_v")  # steps 10-11's launches also have t
 IDENTITY_KEYS = ("head_dim", "value_head_dim", "causal", "kernel")
 DECODE_KEYS = ("head_dim",) + tuple(field.name for field in dataclasses.fields(DecodeLaunch))
 # What a decode record must hold; the others, which the autotuner does not search (a record
-# written before they existed lacks them), take the launch's defaults.
+# written before they existed lacks them), take DECODE_GUESS's values at its head dim.
 REQUIRED_DECODE_KEYS = ("head_dim",) + tuple(
     field.name for field in dataclasses.fields(DecodeLaunch)
     if field.default is dataclasses.MISSING)
@@ -67,8 +67,9 @@ def _decode_launch(record: dict, where: str) -> tuple[int, DecodeLaunch]:
         raise ValueError(f"{where}: a decode launch lacks {missing}: {record}")
     if record["head_dim"] not in DECODE_GUESS:
         raise ValueError(f"{where}: head_dim must be one of {tuple(DECODE_GUESS)}: {record}")
-    return record["head_dim"], DecodeLaunch(**{key: record[key] for key in DECODE_KEYS[1:]
-                                               if key in record})
+    return record["head_dim"], dataclasses.replace(
+        DECODE_GUESS[record["head_dim"]],
+        **{key: record[key] for key in DECODE_KEYS[1:] if key in record})
 
 
 def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:

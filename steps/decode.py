@@ -123,8 +123,11 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     query_rows = max(power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
     splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
                                                sms)
-    tile_n = launch.tile_n if shape.block_size is None else \
-        min(launch.tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
+    columns = group_tile * query_rows
+    tile_n, hints = launch.tile_and_hints(columns, shape.batch * shape.kv_heads * splits, sms,
+                                          keys_per_split=shape.capacity // splits)
+    if shape.block_size is not None:
+        tile_n = min(tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
     common = {"TILE_D": shape.head_dim, "QUERY_GROUP": shape.group, "QUERY_ROWS": query_rows,
               "WRITE_LSE": shape.write_lse}
     constants = common | {"TILE_N": tile_n, "GROUP_TILE": group_tile, "CAUSAL": shape.causal,
@@ -136,11 +139,11 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
              "splits": splits}
     return DecodePlan(
-        kernel=with_hints(kernels.decode, launch.hints(group_tile * query_rows)),
+        kernel=with_hints(kernels.decode, hints),
         grid=DECODE.grid(sizes),
         constants=constants, merge_grid=MERGE_SPLITS.grid(sizes | merge_constants),
         merge_constants=merge_constants,
-        split_buffer_shape=(shape.batch, shape.kv_heads, splits, group_tile * query_rows,
+        split_buffer_shape=(shape.batch, shape.kv_heads, splits, columns,
                             shape.head_dim) if splits > 1 else None,
         device=device,
         variant_scalars=shape.asked.scalars(q_rows=shape.q_len, k_rows=WINDOW_REACH,
@@ -157,8 +160,9 @@ _PLANS: dict = {}
 def _cached_plan(shape: DecodeShape, device: torch.device,
                  launch: DecodeLaunch | None) -> DecodePlan:
     """The plan of `shape`, made once per split count: of a cache's capacity a plan
-    depends on that alone, so the capacities of a growing cache share a few plans (and
-    their split buffers) instead of making one per decoding step."""
+    depends on that and which side of the one-wave launch's bound it is on
+    (DecodeLaunch.long_capacity) alone, so the capacities of a growing cache share a few
+    plans (and their split buffers) instead of making one per decoding step."""
     key = (shape, device, launch)
     plan = _PLANS.get(key)
     if plan is None:
@@ -166,8 +170,9 @@ def _cached_plan(shape: DecodeShape, device: torch.device,
         launch = launch or entry_for(arch).decode[shape.head_dim]
         splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads,
                                                    shape.capacity, sms)
-        plan = _plan_of_splits(replace(shape, capacity=0, num_splits=splits), device, launch,
-                               sms)
+        capacity = launch.long_capacity(shape.capacity, splits)
+        plan = _plan_of_splits(replace(shape, capacity=capacity, num_splits=splits), device,
+                               launch, sms)
         remember(_PLANS, key, plan, MAX_PLAN_KEYS)
     return plan
 

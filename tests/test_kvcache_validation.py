@@ -131,22 +131,33 @@ def test_split_rule_fills_the_sms_without_short_splits(ctas, keys, splits):
     assert launch.splits(ctas, keys, sms=132) == splits
 
 
-@pytest.mark.parametrize("group,q_len,wide", [(4, 1, False), (4, 16, False), (8, 8, False),
-                                              (4, 32, True), (8, 16, True), (1, 128, True)])
-def test_a_launch_of_128_columns_takes_the_wide_hints(group, q_len, wide):
+@pytest.mark.parametrize("group,q_len,batch,keys,tile_n,wide", [
+    (4, 1, 16, 4096, 128, False), (4, 16, 16, 4096, 128, False),  # 4-64 columns
+    (8, 8, 16, 4096, 128, False),
+    (4, 32, 64, 4096, 128, True), (8, 16, 16, 512, 128, True),  # 128 columns
+    (1, 128, 1, 4096, 128, True),
+    (4, 8, 16, 4096, 64, True), (8, 4, 1, 32768, 64, True),  # 32 columns at one wave: 128 CTAs
+    (4, 8, 16, 1024, 64, True),  # of 1024 keys and more, not 512
+    (4, 8, 16, 512, 128, False), (4, 8, 1, 4096, 128, False),  # (16 splits of 256 keys)
+    (4, 8, 32, 4096, 128, False), (8, 4, 17, 4096, 128, False),  # 256 and 136 CTAs
+])
+def test_the_launch_by_columns_and_grid(group, q_len, batch, keys, tile_n, wide):
     """From wide_columns columns (heads of a K/V head x query rows) the decode kernel runs
-    at the launch's wide occupancy and worker warps, below it at its own."""
+    at the launch's wide occupancy and worker warps, below it at its own; at
+    one_wave_columns columns too, with tiles of one_wave_tile_n keys, while its grid is at
+    most one CTA per SM and each split at least one_wave_keys keys."""
     from cutile_fmha.kernels import decode as kernels
     from cutile_fmha.steps import decode
     from cutile_fmha.steps.launcher import with_hints
 
     launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
-                          min_keys_per_split=256)
-    plan = decode.decode_plan(decode_shape(4096, group=group, q_len=q_len), launch, sms=132,
-                              device=None)
+                          min_keys_per_split=256, one_wave_columns=32, one_wave_keys=1024)
+    plan = decode.decode_plan(decode_shape(keys, group=group, q_len=q_len, batch=batch),
+                              launch, sms=132, device=None)
     hints = {"occupancy": 1, "num_worker_warps": 8} if wide else \
         {"occupancy": 2, "num_worker_warps": None}
     assert plan.kernel is with_hints(kernels.decode, hints)
+    assert plan.constants["TILE_N"] == tile_n
 
 
 def test_buffers_are_kept_only_outside_a_cuda_graphs_memory_pool(monkeypatch):
@@ -218,6 +229,11 @@ def test_a_growing_cache_shares_one_plan_per_split_count(monkeypatch):
     short = decode._cached_plan(decode_shape(1024), device, None)  # fewer splits: its own
     assert short.split_buffer_shape[2] < plans[0].split_buffer_shape[2]
     assert decode._cached_plan(decode_shape(4096, num_splits=16), device, None) is plans[0]
+    # at 32 columns, one plan each side of the one-wave launch's 16 x 1024 keys (D=128)
+    wide = [decode._cached_plan(decode_shape(n, q_len=8), device, None)
+            for n in (4096, 16383, 16384, 20000)]
+    assert wide[0] is wide[1] and wide[2] is wide[3]
+    assert [plan.constants["TILE_N"] for plan in wide] == [128, 128, 64, 64]
 
 
 @pytest.mark.parametrize("head_dim,q_len,options", [

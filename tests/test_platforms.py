@@ -157,12 +157,14 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
                       tuned.tuned_path("sm_90", decode=True))
     loaded = tuned.load_tuned("sm_90")
     assert loaded["decode"] == DECODE_GUESS | decode and "one token" in loaded["decode_note"]
-    # a record written before unsplit_keys existed takes its default
+    # a record written before unsplit_keys and one_wave_columns existed takes DECODE_GUESS's
+    # values at its head dim
     path = tuned.tuned_path("sm_90", decode=True)
     data = json.loads(path.read_text())
-    del data["launches"][0]["unsplit_keys"]
+    del data["launches"][0]["unsplit_keys"], data["launches"][0]["one_wave_columns"]
     path.write_text(json.dumps(data))
-    assert tuned.load_tuned("sm_90")["decode"][128] == decode[128]
+    assert tuned.load_tuned("sm_90")["decode"][128] == dataclasses.replace(
+        decode[128], one_wave_columns=DECODE_GUESS[128].one_wave_columns)
     del data["launches"][0]["tile_n"]
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"a decode launch lacks \['tile_n'\]"):

@@ -198,6 +198,9 @@ def test_autotune_searches_decode_tiles_occupancies_and_split_rules():
     assert {launch.tile_n for launch in autotune.decode_candidates(256)} == {64}
     assert len(launches) == 2 * len(autotune.DECODE_OCCUPANCIES) * len(
         autotune.DECODE_SPLIT_RULES)
+    # what it does not search stays the guess's: the one-wave launch at D=128, none at 64
+    assert {launch.one_wave_columns for launch in launches} == {32}
+    assert {launch.one_wave_columns for launch in autotune.decode_candidates(64)} == {None}
     for wrong in (["--decode", "--head-dim", "96"], ["--decode", "--varlen"]):
         with pytest.raises(SystemExit):
             autotune.parse_args(wrong)
