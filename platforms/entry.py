@@ -109,18 +109,20 @@ class DecodeLaunch:
     # CTAs per SM and the compiler's warps the kernel spilled 0.8-3.4 KB a thread there (D
     # 64-256, sm_90); one CTA of eight worker warps spills 0-360 bytes and took 0.30-0.87x
     # the time (D 64-256, H200, 2026-11-27: docs/performance.md, "Speculative decoding").
-    # At 64 columns and fewer it was no faster.
+    # At 64 columns and fewer it was not faster on every grid (see `one_wave_columns`).
     wide_columns: int = 128
     wide_occupancy: int = 1
     wide_worker_warps: int | None = 8
-    # At this many columns (8 new tokens at 4 query heads a K/V head, 4 at 8; None: never),
-    # a grid of at most one CTA per SM and splits of at least `one_wave_keys` keys of the
-    # cache's capacity, the wide launch with tiles of at most `one_wave_tile_n` keys. At
-    # D=128 and 256 it spills nothing where the table's launch spilled 8-104 bytes (sm_90);
-    # it took 0.60-0.96x the table's time at one wave, but 1.06-1.18x at D=128 with splits
-    # of 512 keys and fewer (twice the loop's trips of 128-key tiles), 1.13-1.15x at two
-    # waves and more, and 1.17-1.43x at D=64 (H200, 2026-11-27: docs/performance.md,
-    # "Speculative decoding").
+    # From this many columns (8 new tokens at 4 query heads a K/V head, 4 at 8; None:
+    # never) up to `wide_columns`, a grid of at most one CTA per SM whose splits have at
+    # least `one_wave_keys` keys of the cache's capacity takes the wide launch too, at
+    # exactly this many columns with tiles of at most `one_wave_tile_n` keys. At D=128 and
+    # 256 it spills nothing where the table's launch spilled 8-416 bytes or had no producer
+    # warp (sm_90). At one wave it took 0.60-0.96x the table's time at 32 columns and
+    # 0.59-0.88x at 64 (but 0.99-1.03x at D=128 unsplit); at D=128 1.06-1.18x with splits
+    # of 512 keys and fewer (twice the trips of 128-key tiles), 1.11-1.15x at two waves and
+    # more (D=256 at 32 columns: 0.96x), and 1.17-1.43x at D=64 (H200, 2026-11-27:
+    # docs/performance.md, "Speculative decoding").
     one_wave_columns: int | None = None
     one_wave_tile_n: int = 64
     one_wave_keys: int = 0
@@ -133,9 +135,11 @@ class DecodeLaunch:
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         if columns >= self.wide_columns:
             return self.tile_n, wide
-        if columns == self.one_wave_columns and ctas <= sms and \
-                keys_per_split >= self.one_wave_keys:
-            return min(self.tile_n, self.one_wave_tile_n), wide
+        if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
+                ctas <= sms and keys_per_split >= self.one_wave_keys:
+            if columns == self.one_wave_columns:
+                return min(self.tile_n, self.one_wave_tile_n), wide
+            return self.tile_n, wide
         return self.tile_n, {"occupancy": self.occupancy,
                              "num_worker_warps": self.num_worker_warps}
 

@@ -79,10 +79,13 @@ CASES = [
     (2, 32, 8, 32, 128, 1000, (1000, 40), True),
     (2, 16, 2, 16, 256, 700, (700, 300), False),
     # 32 columns on a grid of at most one CTA per SM: the one-wave launch (DecodeLaunch),
-    # at D=128 unsplit only (splits of at least 1024 keys)
+    # at D=128 unsplit only here (splits of at least 1024 keys)
     (2, 32, 8, 8, 128, 2100, (2100, 40), True),
     (3, 64, 8, 4, 64, 900, (900, 0, 333), False),
     (2, 32, 8, 8, 256, 600, (600, 77), True),
+    # 64 columns likewise, with the launch's own tiles
+    (2, 32, 8, 16, 128, 2100, (2100, 40), False),
+    (2, 32, 8, 16, 256, 800, (800, 123), True),
 ]
 
 
@@ -114,7 +117,7 @@ def test_dense_cache_matches_the_reference(case, causal, splits, dtype):
 @pytest.mark.parametrize("block_size", [16, 32, 64, 256])  # 8, 4, 2 and 1 loads a key tile
 @pytest.mark.parametrize("splits", [1, 4, None])
 @pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False), (8, True),
-                                          (32, True)])
+                                          (16, True), (32, True)])
 def test_paged_cache_matches_the_reference(block_size, splits, q_len, causal):
     batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
     dtype = torch.bfloat16

@@ -132,20 +132,22 @@ def test_split_rule_fills_the_sms_without_short_splits(ctas, keys, splits):
 
 
 @pytest.mark.parametrize("group,q_len,batch,keys,tile_n,wide", [
-    (4, 1, 16, 4096, 128, False), (4, 16, 16, 4096, 128, False),  # 4-64 columns
-    (8, 8, 16, 4096, 128, False),
+    (4, 1, 16, 4096, 128, False), (4, 4, 16, 4096, 128, False),  # 8-16 columns
+    (8, 2, 16, 4096, 128, False),
     (4, 32, 64, 4096, 128, True), (8, 16, 16, 512, 128, True),  # 128 columns
     (1, 128, 1, 4096, 128, True),
     (4, 8, 16, 4096, 64, True), (8, 4, 1, 32768, 64, True),  # 32 columns at one wave: 128 CTAs
     (4, 8, 16, 1024, 64, True),  # of 1024 keys and more, not 512
     (4, 8, 16, 512, 128, False), (4, 8, 1, 4096, 128, False),  # (16 splits of 256 keys)
     (4, 8, 32, 4096, 128, False), (8, 4, 17, 4096, 128, False),  # 256 and 136 CTAs
+    (4, 16, 1, 32768, 128, True), (8, 8, 16, 4096, 128, True),  # 64 columns: own tiles
+    (4, 16, 16, 512, 128, False), (4, 16, 32, 4096, 128, False),
 ])
 def test_the_launch_by_columns_and_grid(group, q_len, batch, keys, tile_n, wide):
     """From wide_columns columns (heads of a K/V head x query rows) the decode kernel runs
-    at the launch's wide occupancy and worker warps, below it at its own; at
-    one_wave_columns columns too, with tiles of one_wave_tile_n keys, while its grid is at
-    most one CTA per SM and each split at least one_wave_keys keys."""
+    at the launch's wide occupancy and worker warps, below it at its own; from
+    one_wave_columns columns too (at that many with tiles of one_wave_tile_n keys) while
+    its grid is at most one CTA per SM and each split at least one_wave_keys keys."""
     from cutile_fmha.kernels import decode as kernels
     from cutile_fmha.steps import decode
     from cutile_fmha.steps.launcher import with_hints

@@ -58,12 +58,13 @@ def case(D, heads, q_len, batch, cache, layout="dense", kv_heads=8):
           + f"; new / committed {med['one-wave'] / med['committed']:.3f}", flush=True)
 
 
-for D in (128, 64, 256):
-    for batch, cache in DENSE:
-        case(D, 32, 8, batch, cache if D < 256 or cache < 32768 else cache // 2)
-for batch, cache in ((1, 32768), (16, 4096), (16, 32768)):
-    case(128, 64, 4, batch, cache)
-case(128, 32, 8, 16, 32768, "ragged")
-for block_size in (16, 64):
-    for batch, cache in ((1, 32768), (16, 4096)):
-        case(128, 32, 8, batch, cache, f"paged{block_size}")
+if __name__ == "__main__":
+    for D in (128, 64, 256):
+        for batch, cache in DENSE:
+            case(D, 32, 8, batch, cache if D < 256 or cache < 32768 else cache // 2)
+    for batch, cache in ((1, 32768), (16, 4096), (16, 32768)):
+        case(128, 64, 4, batch, cache)
+    case(128, 32, 8, 16, 32768, "ragged")
+    for block_size in (16, 64):
+        for batch, cache in ((1, 32768), (16, 4096)):
+            case(128, 32, 8, batch, cache, f"paged{block_size}")
