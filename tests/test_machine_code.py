@@ -425,6 +425,21 @@ def test_paged_tiles_of_two_blocks_multiply_from_shared_memory_as_a_dense_cache_
     assert paged.count("LDSM") == dense.count("LDSM") > 0
 
 
+@pytest.mark.parametrize("head_dim,q_len,splits", [(128, 8, 4), (256, 8, 1), (128, 16, 1),
+                                                   (256, 16, 4)])
+def test_decode_on_one_wave_of_32_or_64_columns_spills_nothing_with_a_producer_warp(
+        head_dim, q_len, splits):
+    """At 32 and 64 columns (8 and 16 new tokens at 4 query heads a K/V head) a grid of one
+    wave takes one CTA per SM and eight worker warps (DecodeLaunch.one_wave_columns), where
+    two CTAs per SM spilled 16-416 bytes or lost the producer warp: no spill, and a
+    producer warp (USETMAXREG: it hands its registers to the consumers)."""
+    cubin = compile_decode("sm_90", dtype="bfloat16", head_dim=head_dim, q_len=q_len,
+                           causal=True, splits=splits)[0]
+    code = sass(cubin)
+    assert_no_spills(resource_usage(cubin), code)
+    assert "USETMAXREG" in code
+
+
 @pytest.mark.parametrize("splits", [1, 4])
 def test_split_merge_starts_early_and_waits_on_the_gpu_for_the_splits(splits):
     """Split decoding lets the merge's CTAs start while the splits run (griddepcontrol:
