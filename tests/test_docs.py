@@ -1,5 +1,6 @@
 """Every relative link and image in the Markdown documents points at a file of the
-repository (tracked, not an ignored build output)."""
+repository (tracked, not an ignored build output), and every link to an anchor of the same
+document at one of its headings."""
 
 import os
 import re
@@ -33,3 +34,31 @@ def test_relative_links_point_at_tracked_files(document):
             continue  # a web address or an anchor in the same document
         resolved = Path(os.path.normpath(folder / target.split("#")[0]))
         assert resolved in tracked, f"{document} links to {target}, which git does not track"
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, punctuation but hyphens
+    and underscores dropped, spaces as hyphens, a repeated one suffixed -1, -2, ..."""
+    anchors, seen = set(), {}
+    for line in text.splitlines():
+        heading = re.match(r"#{1,6} (.+)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+            count = seen.get(slug, 0)
+            seen[slug] = count + 1
+            anchors.add(f"{slug}-{count}" if count else slug)
+    return anchors
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_anchor_links_point_at_headings_of_the_document(document):
+    text = (ROOT / document).read_text()
+    anchors = heading_anchors(re.sub(r"```.*?```", "", text, flags=re.S))  # not code's comments
+    for target in LINK.findall(text):
+        if target.startswith("#"):
+            assert target[1:] in anchors, f"{document} links to {target}, no heading of it"
+
+
+def test_heading_anchors_are_githubs():
+    assert heading_anchors("## Serving: decoding from a KV cache\n### Tests\n## Tests") == {
+        "serving-decoding-from-a-kv-cache", "tests", "tests-1"}
