@@ -142,8 +142,9 @@ def ring_groups(sizes: list[int] | None, world: int) -> dict:
 def methods(args, q, k, v, grad, causal: bool, mesh, rings: dict):
     """(name, GPUs, forward, backward_of) of each method on the full (B, H, N, D) tensors,
     yielded one at a time, our ring once per ring size of `rings` (``ring_groups``'):
-    PyTorch's context_parallel is timed inside its context, which shards copies of the
-    tensors once (head-tail balanced under the causal mask, in plain chunks without it)."""
+    PyTorch's context_parallel is timed inside its context, which shards the tensors once
+    (head-tail balanced under the causal mask, in plain chunks without it), in place: the
+    full tensors are spent after the last backend."""
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import _cp_options as options
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -170,8 +171,11 @@ def methods(args, q, k, v, grad, causal: bool, mesh, rings: dict):
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
     # Its head-tail load balance takes only the causal mask: without one, plain chunks.
     options.enable_load_balance = causal
-    for name in args.sdpa_backends:
-        buffers = [t.detach().clone() for t in (q, k, v, grad)]
+    for index, name in enumerate(args.sdpa_backends):
+        # Copies for every backend but the last, which takes the full tensors themselves
+        # (a copy is 32 GiB a rank at 1M tokens).
+        last = index == len(args.sdpa_backends) - 1
+        buffers = [t.detach() if last else t.detach().clone() for t in (q, k, v, grad)]
         with context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2] * 4,
                               no_restore_buffers=set(buffers)):
             cq, ck, cv, cgrad = buffers
