@@ -114,32 +114,40 @@ class DecodeLaunch:
     wide_occupancy: int = 1
     wide_worker_warps: int | None = 8
     # From this many columns (8 new tokens at 4 query heads a K/V head, 4 at 8; None:
-    # never) up to `wide_columns`, a grid of at most one CTA per SM whose splits have at
-    # least `one_wave_keys` keys of the cache's capacity takes the wide launch too, at
-    # exactly this many columns with tiles of at most `one_wave_tile_n` keys. At D=128 and
-    # 256 it spills nothing where the table's launch spilled 8-416 bytes or had no producer
-    # warp (sm_90). At one wave it took 0.60-0.96x the table's time at 32 columns and
-    # 0.59-0.88x at 64 (but 0.99-1.03x at D=128 unsplit); at D=128 1.06-1.18x with splits
-    # of 512 keys and fewer (twice the trips of 128-key tiles), 1.11-1.15x at two waves and
-    # more (D=256 at 32 columns: 0.96x), and 1.17-1.43x at D=64 (H200, 2026-11-27:
-    # docs/performance.md, "Speculative decoding").
+    # never; a power of two) up to `wide_columns`, a grid of at most one CTA per SM whose
+    # splits have at least `one_wave_keys` keys of the cache's capacity takes the wide
+    # launch too, with tiles of `one_wave_tiles` keys: at this many columns, twice as many,
+    # ... (tile_n past the tuple's end). At D=128 and 256 it spills nothing where the
+    # table's launch spilled 8-416 bytes or had no producer warp (sm_90). At one wave it
+    # took 0.60-0.96x the table's time at 32 columns and 0.59-0.88x at 64 (but 0.99-1.03x
+    # at D=128 unsplit); at D=128 1.06-1.18x with splits of 512 keys and fewer (twice the
+    # trips of 128-key tiles), 1.11-1.15x at two waves and more (D=256 at 32 columns:
+    # 0.96x), and at D=64 1.13-1.25x on the table's tiles, 0.85-0.96x on 256-key ones from
+    # splits of 2048 keys and 1.04-1.42x with splits of 512 keys and fewer (H200 and H100;
+    # the H100 took 1.01-1.03x at D=128 and 32 columns; 2026-11-27: docs/performance.md,
+    # "Speculative decoding").
     one_wave_columns: int | None = None
-    one_wave_tile_n: int = 64
+    one_wave_tiles: tuple[int, ...] = ()
     one_wave_keys: int = 0
+    # A paged cache takes the one-wave launch where its tile spans at most this many blocks
+    # (D=64's 256-key tiles over 2-8 blocks took 1.09-1.42x the table's time, H100).
+    one_wave_blocks: int = 8
 
-    def tile_and_hints(self, columns: int, ctas: int, sms: int,
-                       keys_per_split: int) -> tuple[int, dict]:
+    def tile_and_hints(self, columns: int, ctas: int, sms: int, keys_per_split: int,
+                       block_size: int | None = None) -> tuple[int, dict]:
         """The keys per tile and the compiler hints of a launch of `columns` columns whose
         grid is `ctas` CTAs on a GPU of `sms` SMs, over splits of `keys_per_split` keys of
-        the cache's capacity."""
+        the cache's capacity, in blocks of `block_size` keys (None: a dense cache)."""
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         if columns >= self.wide_columns:
             return self.tile_n, wide
         if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
                 ctas <= sms and keys_per_split >= self.one_wave_keys:
-            if columns == self.one_wave_columns:
-                return min(self.tile_n, self.one_wave_tile_n), wide
-            return self.tile_n, wide
+            step = (columns // self.one_wave_columns).bit_length() - 1
+            tile_n = self.one_wave_tiles[step] if step < len(self.one_wave_tiles) \
+                else self.tile_n
+            if block_size is None or tile_n <= self.one_wave_blocks * block_size:
+                return tile_n, wide
         return self.tile_n, {"occupancy": self.occupancy,
                              "num_worker_warps": self.num_worker_warps}
 
@@ -161,12 +169,15 @@ class DecodeLaunch:
 
 # Every entry's decode launch until the autotuner (--decode) measures one on its GPU: TMA
 # tiles of 128 keys (64 at D=256, where a K or V tile is as many bytes), two CTAs per SM,
-# splits up to one CTA per SM. What the autotuner does not search (the one-wave launch,
-# at D=128 and 256 only) its launches take from here.
-DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256),
+# splits up to one CTA per SM. What the autotuner does not search (the one-wave launch)
+# its launches take from here.
+DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
+                                 one_wave_tiles=(256, 256), one_wave_keys=2048,
+                                 one_wave_blocks=1),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
-                                  one_wave_keys=1024),
-                256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32)}
+                                  one_wave_tiles=(64,), one_wave_keys=1024),
+                256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32,
+                                  one_wave_tiles=(64,))}
 
 
 @dataclass(frozen=True)

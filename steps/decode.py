@@ -125,7 +125,8 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                                                sms)
     columns = group_tile * query_rows
     tile_n, hints = launch.tile_and_hints(columns, shape.batch * shape.kv_heads * splits, sms,
-                                          keys_per_split=shape.capacity // splits)
+                                          keys_per_split=shape.capacity // splits,
+                                          block_size=shape.block_size)
     if shape.block_size is not None:
         tile_n = min(tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
     common = {"TILE_D": shape.head_dim, "QUERY_GROUP": shape.group, "QUERY_ROWS": query_rows,

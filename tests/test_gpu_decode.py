@@ -86,6 +86,9 @@ CASES = [
     # 64 columns likewise, with the launch's own tiles
     (2, 32, 8, 16, 128, 2100, (2100, 40), False),
     (2, 32, 8, 16, 256, 800, (800, 123), True),
+    # D=64 on 256-key tiles at 32 and 64 columns (unsplit only here: splits of 2048 keys)
+    (2, 32, 8, 8, 64, 2300, (2300, 1), True),
+    (2, 32, 8, 16, 64, 4100, (4100, 517), False),
 ]
 
 
@@ -119,10 +122,25 @@ def test_dense_cache_matches_the_reference(case, causal, splits, dtype):
 @pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False), (8, True),
                                           (16, True), (32, True)])
 def test_paged_cache_matches_the_reference(block_size, splits, q_len, causal):
-    batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
+    check_paged_cache(block_size, splits, q_len, causal, head_dim=128, ends=[1100, 0, 1, 517])
+
+
+@pytest.mark.parametrize("block_size", [16, 32, 64, 256])
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize("q_len", [8, 16])
+def test_paged_cache_at_d64_on_one_wave_matches_the_reference(block_size, splits, q_len):
+    """32 and 64 columns at D=64 with splits of 2048 keys and more: blocks of 256 take the
+    one-wave launch's 256-key tiles (DecodeLaunch.one_wave_tiles), smaller ones the
+    table's launch (DecodeLaunch.one_wave_blocks)."""
+    check_paged_cache(block_size, splits, q_len, True, head_dim=64, ends=[4352, 0, 2049, 3001])
+
+
+def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends):
+    """A paged cache of 4 sequences of `ends` keys (32/8 heads, bf16, shuffled blocks)
+    against the float64 reference."""
+    batch, heads, kv_heads, capacity = len(ends), 32, 8, max(ends)
     dtype = torch.bfloat16
     generator = torch.Generator(device="cuda").manual_seed(block_size + q_len)
-    ends = [1100, 0, 1, 517]
     query = torch.randn(batch, heads, q_len, head_dim, generator=generator, device="cuda",
                         dtype=dtype)
     (keys, values), table, dense = paged_cache(batch, kv_heads, capacity, head_dim, dtype,

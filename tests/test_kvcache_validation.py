@@ -146,16 +146,42 @@ def test_split_rule_fills_the_sms_without_short_splits(ctas, keys, splits):
 def test_the_launch_by_columns_and_grid(group, q_len, batch, keys, tile_n, wide):
     """From wide_columns columns (heads of a K/V head x query rows) the decode kernel runs
     at the launch's wide occupancy and worker warps, below it at its own; from
-    one_wave_columns columns too (at that many with tiles of one_wave_tile_n keys) while
+    one_wave_columns columns too (at that many with tiles of one_wave_tiles[0] keys) while
     its grid is at most one CTA per SM and each split at least one_wave_keys keys."""
+    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
+                          min_keys_per_split=256, one_wave_columns=32, one_wave_tiles=(64,),
+                          one_wave_keys=1024)
+    assert_launch(launch, decode_shape(keys, group=group, q_len=q_len, batch=batch), tile_n,
+                  wide)
+
+
+@pytest.mark.parametrize("q_len,keys,block_size,tile_n,wide", [
+    (8, 4096, None, 256, True), (16, 4096, None, 256, True),  # 32 and 64 columns
+    (32, 4096, None, 128, True),  # 128 columns: the wide launch on tile_n
+    (8, 1024, None, 128, False),  # splits shorter than one_wave_keys
+    (8, 4096, 256, 256, True), (16, 4096, 512, 256, True),  # a block a tile
+    (8, 4096, 64, 128, False), (8, 4096, 16, 128, False),  # not over 4 or 8 blocks
+])
+def test_the_one_wave_launch_takes_a_tile_per_column_count(q_len, keys, block_size, tile_n,
+                                                           wide):
+    """one_wave_tiles are the one-wave launch's tiles at one_wave_columns, twice as many,
+    ..., wider than tile_n too (D=64's 256 keys); a paged cache takes it where a tile spans
+    at most one_wave_blocks blocks, else the table's launch."""
+    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
+                          min_keys_per_split=256, one_wave_columns=32,
+                          one_wave_tiles=(256, 256), one_wave_keys=2048, one_wave_blocks=1)
+    assert_launch(launch, decode_shape(keys, head_dim=64, q_len=q_len, batch=16,
+                                       block_size=block_size), tile_n, wide)
+
+
+def assert_launch(launch, shape, tile_n: int, wide: bool) -> None:
+    """`launch`'s plan of `shape` (on 132 SMs) has tiles of `tile_n` keys, at the wide
+    launch's hints or, where not `wide`, at its own."""
     from cutile_fmha.kernels import decode as kernels
     from cutile_fmha.steps import decode
     from cutile_fmha.steps.launcher import with_hints
 
-    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
-                          min_keys_per_split=256, one_wave_columns=32, one_wave_keys=1024)
-    plan = decode.decode_plan(decode_shape(keys, group=group, q_len=q_len, batch=batch),
-                              launch, sms=132, device=None)
+    plan = decode.decode_plan(shape, launch, sms=132, device=None)
     hints = {"occupancy": 1, "num_worker_warps": 8} if wide else \
         {"occupancy": 2, "num_worker_warps": None}
     assert plan.kernel is with_hints(kernels.decode, hints)

@@ -426,12 +426,13 @@ def test_paged_tiles_of_two_blocks_multiply_from_shared_memory_as_a_dense_cache_
 
 
 @pytest.mark.parametrize("head_dim,q_len,splits", [(128, 8, 4), (256, 8, 1), (128, 16, 1),
-                                                   (256, 16, 4)])
+                                                   (256, 16, 4), (64, 8, 1), (64, 16, 4)])
 def test_decode_on_one_wave_of_32_or_64_columns_spills_nothing_with_a_producer_warp(
         head_dim, q_len, splits):
     """At 32 and 64 columns (8 and 16 new tokens at 4 query heads a K/V head) a grid of one
     wave takes one CTA per SM and eight worker warps (DecodeLaunch.one_wave_columns), where
-    two CTAs per SM spilled 16-416 bytes or lost the producer warp: no spill, and a
+    two CTAs per SM spilled 16-416 bytes or lost the producer warp (at D=64 it takes
+    256-key tiles, which spilled 16-512 bytes at two CTAs per SM): no spill, and a
     producer warp (USETMAXREG: it hands its registers to the consumers)."""
     cubin = compile_decode("sm_90", dtype="bfloat16", head_dim=head_dim, q_len=q_len,
                            causal=True, splits=splits)[0]

@@ -15,6 +15,7 @@ from cutile_fmha.assets import fmha_optimization_tutorial as tutorial
 from cutile_fmha.assets import fmha_scaling_analysis as scaling
 from cutile_fmha.platforms import TileShape, TunedLaunch
 from cutile_fmha.platforms.backward import backward_entry_for
+from cutile_fmha.platforms.entry import DECODE_GUESS
 from cutile_fmha.assets import fmha_varlen_benchmark as varlen
 from cutile_fmha.assets import measure
 from cutile_fmha.steps import STEPS
@@ -198,9 +199,13 @@ def test_autotune_searches_decode_tiles_occupancies_and_split_rules():
     assert {launch.tile_n for launch in autotune.decode_candidates(256)} == {64}
     assert len(launches) == 2 * len(autotune.DECODE_OCCUPANCIES) * len(
         autotune.DECODE_SPLIT_RULES)
-    # what it does not search stays the guess's: the one-wave launch at D=128, none at 64
-    assert {launch.one_wave_columns for launch in launches} == {32}
-    assert {launch.one_wave_columns for launch in autotune.decode_candidates(64)} == {None}
+    # what it does not search stays the guess's: the one-wave launch and its tiles
+    for head_dim in (64, 128, 256):
+        guess = DECODE_GUESS[head_dim]
+        assert {(launch.one_wave_columns, launch.one_wave_tiles, launch.one_wave_keys,
+                 launch.one_wave_blocks) for launch in autotune.decode_candidates(head_dim)} == {
+            (guess.one_wave_columns, guess.one_wave_tiles, guess.one_wave_keys,
+             guess.one_wave_blocks)}
     for wrong in (["--decode", "--head-dim", "96"], ["--decode", "--varlen"]):
         with pytest.raises(SystemExit):
             autotune.parse_args(wrong)
