@@ -133,6 +133,20 @@ class DecodeLaunch:
     # (D=64's 256-key tiles over 2-8 blocks took 1.09-1.42x the table's time, H100).
     one_wave_blocks: int = 8
 
+    def __post_init__(self):
+        def power_of_two(n) -> bool:
+            return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+        if self.one_wave_columns is not None and not power_of_two(self.one_wave_columns):
+            raise ValueError(f"one_wave_columns must be None or a power of two (columns are "
+                             f"powers of two), got {self.one_wave_columns!r}")
+        if not isinstance(self.one_wave_tiles, tuple) or \
+                not all(power_of_two(tile) for tile in self.one_wave_tiles):
+            raise ValueError(f"one_wave_tiles must be a tuple of powers of two (keys per "
+                             f"tile), got {self.one_wave_tiles!r}")
+        if not (isinstance(self.one_wave_blocks, int) and self.one_wave_blocks >= 1):
+            raise ValueError(f"one_wave_blocks must be a positive int (blocks a tile spans), "
+                             f"got {self.one_wave_blocks!r}")
+
     def tile_and_hints(self, columns: int, ctas: int, sms: int, keys_per_split: int,
                        block_size: int | None = None) -> tuple[int, dict]:
         """The keys per tile and the compiler hints of a launch of `columns` columns whose

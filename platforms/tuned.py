@@ -67,10 +67,13 @@ def _decode_launch(record: dict, where: str) -> tuple[int, DecodeLaunch]:
         raise ValueError(f"{where}: a decode launch lacks {missing}: {record}")
     if record["head_dim"] not in DECODE_GUESS:
         raise ValueError(f"{where}: head_dim must be one of {tuple(DECODE_GUESS)}: {record}")
-    return record["head_dim"], dataclasses.replace(  # JSON's lists back to tuples
-        DECODE_GUESS[record["head_dim"]],
-        **{key: tuple(record[key]) if isinstance(record[key], list) else record[key]
-           for key in DECODE_KEYS[1:] if key in record})
+    try:
+        return record["head_dim"], dataclasses.replace(  # JSON's lists back to tuples
+            DECODE_GUESS[record["head_dim"]],
+            **{key: tuple(record[key]) if isinstance(record[key], list) else record[key]
+               for key in DECODE_KEYS[1:] if key in record})
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}: {record}") from None
 
 
 def _launch(record: dict, where: str) -> tuple[tuple[int, bool], TunedLaunch]:

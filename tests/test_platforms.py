@@ -165,6 +165,11 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
     path.write_text(json.dumps(data))
     assert tuned.load_tuned("sm_90")["decode"][128] == dataclasses.replace(
         decode[128], one_wave_columns=DECODE_GUESS[128].one_wave_columns)
+    for key, wrong in (("one_wave_columns", 48), ("one_wave_tiles", [256, 96]),
+                       ("one_wave_blocks", 0)):
+        path.write_text(json.dumps(data | {"launches": [data["launches"][0] | {key: wrong}]}))
+        with pytest.raises(ValueError, match=rf"sm_90-decode.json: {key} must be"):
+            tuned.load_tuned("sm_90")
     del data["launches"][0]["tile_n"]
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"a decode launch lacks \['tile_n'\]"):
