@@ -51,12 +51,15 @@ class TileShape:
 MIN_FMA_EXP2_COLUMNS = 8
 
 
+def is_power_of_two(n) -> bool:
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
 def fma_exp2_fits(share, tile_n: int) -> bool:
     """Whether one exponential in `share` (TunedLaunch.fma_exp2) can move to the FMA pipes
     in a key tile of `tile_n` columns: 0 (none), or a power of two from 2 that leaves
     MIN_FMA_EXP2_COLUMNS columns or more to move."""
-    return share == 0 or (isinstance(share, int) and share & (share - 1) == 0
-                          and 2 <= share <= tile_n // MIN_FMA_EXP2_COLUMNS)
+    return share == 0 or (is_power_of_two(share) and 2 <= share <= tile_n // MIN_FMA_EXP2_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -130,17 +133,16 @@ class DecodeLaunch:
     one_wave_tiles: tuple[int, ...] = ()
     one_wave_keys: int = 0
     # A paged cache takes the one-wave launch where its tile spans at most this many blocks
-    # (D=64's 256-key tiles over 2-8 blocks took 1.09-1.42x the table's time, H100).
+    # (8: as many as any tile may, steps/decode.py; D=64's 256-key tiles over 2-8 blocks
+    # took 1.09-1.42x the table's time, H100).
     one_wave_blocks: int = 8
 
     def __post_init__(self):
-        def power_of_two(n) -> bool:
-            return isinstance(n, int) and n > 0 and n & (n - 1) == 0
-        if self.one_wave_columns is not None and not power_of_two(self.one_wave_columns):
+        if self.one_wave_columns is not None and not is_power_of_two(self.one_wave_columns):
             raise ValueError(f"one_wave_columns must be None or a power of two (columns are "
                              f"powers of two), got {self.one_wave_columns!r}")
         if not isinstance(self.one_wave_tiles, tuple) or \
-                not all(power_of_two(tile) for tile in self.one_wave_tiles):
+                not all(is_power_of_two(tile) for tile in self.one_wave_tiles):
             raise ValueError(f"one_wave_tiles must be a tuple of powers of two (keys per "
                              f"tile), got {self.one_wave_tiles!r}")
         if not (isinstance(self.one_wave_blocks, int) and self.one_wave_blocks >= 1):

@@ -63,6 +63,7 @@ class DecodePlan:
     """One shape's launches on one device: the kernels, their grids and constants, and the
     split buffers per stream."""
     kernel: object
+    hints: dict  # the compiler hints `kernel` was made with (DecodeLaunch.tile_and_hints)
     grid: tuple[int, int, int]
     constants: dict
     merge_grid: tuple[int, int, int]
@@ -140,8 +141,7 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
              "splits": splits}
     return DecodePlan(
-        kernel=with_hints(kernels.decode, hints),
-        grid=DECODE.grid(sizes),
+        kernel=with_hints(kernels.decode, hints), hints=hints, grid=DECODE.grid(sizes),
         constants=constants, merge_grid=MERGE_SPLITS.grid(sizes | merge_constants),
         merge_constants=merge_constants,
         split_buffer_shape=(shape.batch, shape.kv_heads, splits, columns,

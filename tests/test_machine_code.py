@@ -11,7 +11,6 @@ forward multiplies on the float8 warpgroup path and the softcap is a hardware ta
 import ast
 import dataclasses
 import importlib.util
-import math
 import re
 from pathlib import Path
 
@@ -181,9 +180,7 @@ def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
     without = module_without(decode_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW", "SINKS")
     assert sass(export_cubin(plan.kernel, DECODE, dtype="bfloat16", constants=plan.constants,
                              arch="sm_90")) == \
-        sass(export_cubin(with_hints(without.decode, launch.tile_and_hints(
-            plan.constants["GROUP_TILE"] * plan.constants["QUERY_ROWS"], math.prod(plan.grid),
-            sms=132, keys_per_split=shape.capacity // shape.num_splits)[1]), DECODE,
+        sass(export_cubin(with_hints(without.decode, plan.hints), DECODE,
                           dtype="bfloat16", constants=plan.constants, arch="sm_90"))
 
 
