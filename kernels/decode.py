@@ -9,6 +9,12 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
 - The products run transposed, S^T = K Q^T and O^T = V^T P^T: the cache tile (TILE_N
   keys, or the head dim) is the matrix product's M side, so a group of 4 heads of one
   query row uses a 64- or 128-row warpgroup product fully, not one padded from 4 rows.
+  From 64 columns on a dense cache (QUERIES_ON_M) they fill the M side themselves: the
+  products run as step 9's, S = Q K^T and O = P V, with step 9's key loop, so the softmax
+  reduces along each thread's rows instead of across the warps. The CTA views the cache
+  from the sequence's first key to its last (``sequence_keys``): past it the TMA loads
+  give zeros, so no V row needs zeroing in registers, which the products' shared-memory
+  operand could not take.
 - Split-KV (flash-decoding): with few sequences and heads, the keys of each sequence are
   cut into ct.num_blocks(0) chunks, each CTA writes its chunk's normalised output and
   log-sum-exp to float32 buffers, and ``merge_splits`` combines them. With one split the
@@ -40,6 +46,7 @@ import math
 
 import cuda.tile as ct
 
+from . import step9_unmasked_loop as step9
 from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
 from .step9_unmasked_loop import score_factors
 
@@ -52,6 +59,16 @@ def key_range(KeyStarts, KeyEnds, batch, capacity, HAS_STARTS: ConstBool,
     end = min(max(ct.gather(KeyEnds, batch), 0), capacity) if HAS_LENGTHS else capacity
     start = min(max(ct.gather(KeyStarts, batch), 0), end) if HAS_STARTS else 0
     return start, end
+
+
+def sequence_keys(Cache, batch, start, end):
+    """A dense cache's keys start..end-1 of sequence `batch`, as an array of one batch row
+    (1, kv_heads, end - start, D) whose TMA loads see zeros past them: the tiles past the
+    sequence's last key need no V rows zeroed (a cache's unused slots may hold NaN). The
+    CTA writes its tensor maps; an empty slice starts inside the cache (or at 0 in a cache
+    with no slots, as kernels/varlen.py's)."""
+    first = min(start, max(Cache.shape[2] - 1, 0))
+    return Cache.slice(0, batch, batch + 1).slice(2, first, first + end - start)
 
 
 def load_block_rows(Cache, BlockTable, batch, kv_head, first_key, ROWS: ConstInt,
@@ -178,17 +195,47 @@ def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_hea
     return m, l, acc
 
 
+def attend_rows(Q, K, V, q, split, lo, unmasked_lo, unmasked_hi, hi, kv_head, end, q_len,
+                column, qk_scale_log2, tanh_scale, window_left, sink_log2, TILE_D: ConstInt,
+                TILE_N: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
+                WINDOW: ConstBool, SINKS: ConstBool):
+    """(m, l: (M, 1); acc: (M, TILE_D)) of the M columns of q (M, TILE_D) as rows, over key
+    tiles lo..hi-1 of one sequence's keys K, V (``sequence_keys``: `end` of them), by step
+    9's key loop: the tiles from unmasked_lo to unmasked_hi - 1 every row sees whole. Row c
+    is column c of the transposed kernel: its last key is end - q_len + c % QUERY_ROWS."""
+    columns = q.shape[0]
+    last_key = (end - q_len + column % QUERY_ROWS)[:, None]
+    m = ct.full((columns, 1), -math.inf, dtype=ct.float32)
+    l = ct.full((columns, 1), 0.0, dtype=ct.float32)
+    if SINKS:
+        first_split = (ct.full((columns, 1), 0, dtype=ct.int32) + split) == 0
+        m = ct.where(first_split, sink_log2, m)
+        l = ct.where(first_split, 1.0, l)
+    acc = ct.full((columns, TILE_D), 0.0, dtype=ct.float32)
+    keys = ct.arange(TILE_N, dtype=ct.int32)[None, :]
+    # No key right of the last: the window's right side is the causal mask (or none).
+    where = (0, kv_head, end, last_key, keys, qk_scale_log2, TILE_D, 0, TILE_D, columns,
+             TILE_N, CAUSAL)
+    variants = (False, 0, SOFTCAP, tanh_scale, WINDOW, window_left, 1 << 30, True)
+    m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, lo, unmasked_lo, *where, True, *variants)
+    m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, unmasked_lo, unmasked_hi, *where, False,
+                             *variants)
+    m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, unmasked_hi, hi, *where, True, *variants)
+    return m, l, acc
+
+
 @ct.kernel
 def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable, Sinks,
            qk_scale: float, softcap: float, window_left: int, TILE_D: ConstInt,
            TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt, QUERY_ROWS: ConstInt,
            CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, HAS_STARTS: ConstBool,
            HAS_LENGTHS: ConstBool, SPLIT: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool,
-           WINDOW: ConstBool, SINKS: ConstBool):
+           WINDOW: ConstBool, SINKS: ConstBool, QUERIES_ON_M: ConstBool):
     """Q, Out: (batch, heads, q_len, D), any strides; Lse: (batch, heads, q_len) float32;
     Partial, PartialLse: (batch, kv_heads, splits, M, D) and (.., M) float32 with M =
     GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT); Sinks: (heads,)
-    float32 under SINKS."""
+    float32 under SINKS. QUERIES_ON_M (a dense cache): the columns are the products' M
+    side, S = Q K^T, and the key loop is step 9's (``attend_rows``)."""
     split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if SPLIT:  # the merge's CTAs may start now, and wait on the GPU for this grid's end
         ct.grid_dependency_control_launch_dependents()
@@ -204,8 +251,10 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         (column % QUERY_ROWS)[:, None]
     is_query = (column // QUERY_ROWS < QUERY_GROUP)[:, None] & (query_row < q_len)
     dims = ct.arange(TILE_D, dtype=ct.int32)[None, :]
-    q_t = ct.transpose(ct.gather(Q, (batch, head, query_row, dims), mask=is_query))
-    last_key = (end - q_len + column % QUERY_ROWS)[None, :]
+    q = ct.gather(Q, (batch, head, query_row, dims), mask=is_query)
+    if QUERIES_ON_M:  # the sequence's own keys, counted from its first
+        K, V = sequence_keys(K, batch, start, end), sequence_keys(V, batch, start, end)
+        start, end = 0, end - start
 
     # This split's share of the sequence's key tiles, and which of them need no mask: from
     # the first key a row sees (its start, or under WINDOW the first row's window) and, on
@@ -223,26 +272,39 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     unmasked_hi = max(min((end - (q_len - 1 if CAUSAL else 0)) // TILE_N, hi), unmasked_lo)
 
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
-    m = ct.full((1, columns), -math.inf, dtype=ct.float32)
-    l = ct.full((1, columns), 0.0, dtype=ct.float32)
+    sink_log2 = 0.0
     if SINKS:  # the sink as a key the first split saw first: running max it, sum exp(0) = 1
-        sink_log2 = ct.transpose(ct.gather(Sinks, head, mask=is_query)) * INV_LOG_2
-        first_split = (ct.full((1, columns), 0, dtype=ct.int32) + split) == 0
-        m = ct.where(first_split, sink_log2, m)
-        l = ct.where(first_split, 1.0, l)
-    acc = ct.full((TILE_D, columns), 0.0, dtype=ct.float32)
-    shared = (K, V, BlockTable)
-    settings = (batch, kv_head, start, end, last_key, qk_scale_log2, tanh_scale, window_left,
-                TILE_D, TILE_N, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW)
-    m, l, acc = attend(*shared, q_t, m, l, acc, lo, unmasked_lo, *settings, True)
-    m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
-    m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_hi, hi, *settings, True)
+        sink_log2 = ct.gather(Sinks, head, mask=is_query) * INV_LOG_2
+    if QUERIES_ON_M:
+        m, l, acc = attend_rows(Q, K, V, q, split, lo, unmasked_lo, unmasked_hi, hi, kv_head,
+                                end, q_len, column, qk_scale_log2, tanh_scale, window_left,
+                                sink_log2, TILE_D, TILE_N, QUERY_ROWS, CAUSAL, SOFTCAP,
+                                WINDOW, SINKS)
+        seen = l > 0.0
+        out = ct.where(seen, ct.truediv(acc, ct.where(seen, l, 1.0)), 0.0)
+        lse_log2 = ct.transpose(ct.where(seen, m + ct.log2(ct.where(seen, l, 1.0)), -math.inf))
+    else:
+        last_key = (end - q_len + column % QUERY_ROWS)[None, :]
+        m = ct.full((1, columns), -math.inf, dtype=ct.float32)
+        l = ct.full((1, columns), 0.0, dtype=ct.float32)
+        if SINKS:
+            first_split = (ct.full((1, columns), 0, dtype=ct.int32) + split) == 0
+            m = ct.where(first_split, ct.transpose(sink_log2), m)
+            l = ct.where(first_split, 1.0, l)
+        acc = ct.full((TILE_D, columns), 0.0, dtype=ct.float32)
+        q_t = ct.transpose(q)
+        shared = (K, V, BlockTable)
+        settings = (batch, kv_head, start, end, last_key, qk_scale_log2, tanh_scale,
+                    window_left, TILE_D, TILE_N, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW)
+        m, l, acc = attend(*shared, q_t, m, l, acc, lo, unmasked_lo, *settings, True)
+        m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
+        m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_hi, hi, *settings, True)
 
-    # A column that saw no key (an empty split or sequence, a causal row before the first
-    # key) gives 0 and an LSE of -inf.
-    seen = l > 0.0
-    out = ct.transpose(ct.where(seen, ct.truediv(acc, ct.where(seen, l, 1.0)), 0.0))
-    lse_log2 = ct.where(seen, m + ct.log2(ct.where(seen, l, 1.0)), -math.inf)
+        # A column that saw no key (an empty split or sequence, a causal row before the
+        # first key) gives 0 and an LSE of -inf.
+        seen = l > 0.0
+        out = ct.transpose(ct.where(seen, ct.truediv(acc, ct.where(seen, l, 1.0)), 0.0))
+        lse_log2 = ct.where(seen, m + ct.log2(ct.where(seen, l, 1.0)), -math.inf)
     if SPLIT:
         ct.store(Partial, index=(batch, kv_head, split, 0, 0),
                  tile=out.reshape((1, 1, 1, columns, TILE_D)))

@@ -26,7 +26,8 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
            last_key, offs_n_in_tile, qk_scale_log2, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
            TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
            MASKED: ConstBool, FP8: ConstBool, FMA_EXP2: ConstInt, SOFTCAP: ConstBool,
-           tanh_scale, WINDOW: ConstBool, window_left, window_right):
+           tanh_scale, WINDOW: ConstBool, window_left, window_right,
+           ROWS_MAY_SEE_NOTHING: ConstBool):
     """Key tiles first_tile..end_tile-1 into the running (m_i, l_i, acc); with MASKED, past
     the causal diagonal, the last key and the window are masked. FP8: V is stored
     transposed (see kernels/fp8.py). FMA_EXP2: one exponential in FMA_EXP2 of the
@@ -34,7 +35,8 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
     tanh(qk * tanh_scale), which qk_scale_log2 then scales (see kernels/variants.py).
     WINDOW: row i sees keys last_key[i] - window_left to last_key[i] + window_right.
     TILE_D_TAIL: Q's and K's columns past TILE_D (q_tail), a product of their own
-    (``attend_query_tile``)."""
+    (``attend_query_tile``). ROWS_MAY_SEE_NOTHING: a masked tile may be the first a row
+    sees and hold none of its keys (a window's edge; a split of the decode kernel)."""
     for j in range(first_tile, end_tile):
         k_t = ct.load(K, index=(batch, kv_head, 0, j), shape=(1, 1, TILE_D, TILE_N),
                       order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
@@ -62,7 +64,7 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
 
         m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale_log2)
         m_subtracted = m_ij
-        if WINDOW:
+        if ROWS_MAY_SEE_NOTHING:
             if MASKED:
                 # A row can see no key of a tile at a window's edge, and none before it:
                 # subtract 0, not -inf (exp2(-inf + inf) would be NaN), so its p is 0.
@@ -151,7 +153,7 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
         q_tile * TILE_M, (q_tile + 1) * TILE_M, k_len, query_offset, TILE_N, CAUSAL, WINDOW,
         window_left, window_right)
     tiles = (TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, CAUSAL)
-    variants = (FP8, FMA_EXP2, SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
+    variants = (FP8, FMA_EXP2, SOFTCAP, tanh_scale, WINDOW, window_left, window_right, WINDOW)
     shared = (Q, K, V, q, q_tail)
     where = (batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2)
     if WINDOW:  # the tiles across the window's lower edge

@@ -136,6 +136,14 @@ class DecodeLaunch:
     # (8: as many as any tile may, steps/decode.py; D=64's 256-key tiles over 2-8 blocks
     # took 1.09-1.42x the table's time, H100).
     one_wave_blocks: int = 8
+    # From this many columns (None: never; a power of two, at least a warpgroup product's
+    # 64 rows) a dense cache runs with the columns on the products' M side
+    # (kernels/decode.py, QUERIES_ON_M: step 9's key loop), at `tile_n` and, below
+    # `wide_columns`, the launch's own hints: the softmax then reduces along each thread's
+    # rows, where the transposed products reduce across warps. At 64 and 128 columns it
+    # took 0.65-0.95x and 0.33-0.64x the time of the launches before it (D 64-256, H100,
+    # 2026-11-27: docs/performance.md, "Speculative decoding").
+    rows_columns: int | None = None
 
     def __post_init__(self):
         if self.one_wave_columns is not None and not is_power_of_two(self.one_wave_columns):
@@ -148,6 +156,10 @@ class DecodeLaunch:
         if not (isinstance(self.one_wave_blocks, int) and self.one_wave_blocks >= 1):
             raise ValueError(f"one_wave_blocks must be a positive int (blocks a tile spans), "
                              f"got {self.one_wave_blocks!r}")
+        if self.rows_columns is not None and not (is_power_of_two(self.rows_columns) and
+                                                  self.rows_columns >= 64):
+            raise ValueError(f"rows_columns must be None or a power of two from 64 (a "
+                             f"warpgroup product's rows), got {self.rows_columns!r}")
 
     def tile_and_hints(self, columns: int, ctas: int, sms: int, keys_per_split: int,
                        block_size: int | None = None) -> tuple[int, dict]:
@@ -157,6 +169,9 @@ class DecodeLaunch:
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         if columns >= self.wide_columns:
             return self.tile_n, wide
+        if self.queries_on_m(columns, block_size):
+            return self.tile_n, {"occupancy": self.occupancy,
+                                 "num_worker_warps": self.num_worker_warps}
         if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
                 ctas <= sms and keys_per_split >= self.one_wave_keys:
             step = (columns // self.one_wave_columns).bit_length() - 1
@@ -166,6 +181,12 @@ class DecodeLaunch:
                 return tile_n, wide
         return self.tile_n, {"occupancy": self.occupancy,
                              "num_worker_warps": self.num_worker_warps}
+
+    def queries_on_m(self, columns: int, block_size: int | None) -> bool:
+        """Whether a launch of `columns` columns over a cache in blocks of `block_size` keys
+        (None: dense) puts the columns on the products' M side."""
+        return block_size is None and self.rows_columns is not None and \
+            columns >= self.rows_columns
 
     def long_capacity(self, capacity: int, splits: int) -> int:
         """The capacity a plan of `splits` splits is made for in place of `capacity`: the
@@ -189,11 +210,11 @@ class DecodeLaunch:
 # its launches take from here.
 DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                  one_wave_tiles=(256, 256), one_wave_keys=2048,
-                                 one_wave_blocks=1),
+                                 one_wave_blocks=1, rows_columns=64),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
-                                  one_wave_tiles=(64,), one_wave_keys=1024),
+                                  one_wave_tiles=(64,), one_wave_keys=1024, rows_columns=64),
                 256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32,
-                                  one_wave_tiles=(64,))}
+                                  one_wave_tiles=(64,), rows_columns=64)}
 
 
 @dataclass(frozen=True)

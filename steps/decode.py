@@ -135,7 +135,8 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     constants = common | {"TILE_N": tile_n, "GROUP_TILE": group_tile, "CAUSAL": shape.causal,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
-                          "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1} | \
+                          "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1,
+                          "QUERIES_ON_M": launch.queries_on_m(columns, shape.block_size)} | \
         shape.asked.constants()
     merge_constants = common | {"SPLITS_TILE": power_of_two_at_least(splits)}
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,

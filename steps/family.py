@@ -447,6 +447,7 @@ def packed(family: KernelFamily) -> KernelFamily:
 # PartialLse, (batch, kv_heads, splits, GROUP_TILE * QUERY_ROWS[, D]) float32, and
 # MERGE_SPLITS writes Out and Lse from them: one CTA per query row of each head. Both
 # grids come from the launch's sizes (batch, kv_heads, q_len, splits), not its tensors.
+# QUERIES_ON_M (dense caches only): the products take the columns as their M side.
 _CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False, read_when=switch)
                       for name, switch in (("KeyStarts", "HAS_STARTS"),
                                            ("KeyEnds", "HAS_LENGTHS"))) + \
@@ -466,7 +467,7 @@ DECODE = KernelFamily(
     + tuple(Constant(name) for name in ("TILE_D", "TILE_N", "QUERY_GROUP", "GROUP_TILE",
                                         "QUERY_ROWS", "CAUSAL", "PAGED", "BLOCK_SIZE",
                                         "HAS_STARTS", "HAS_LENGTHS", "SPLIT", "WRITE_LSE")
-          + VARIANT_CONSTANTS),
+          + VARIANT_CONSTANTS + ("QUERIES_ON_M",)),
     grid=lambda values: (values["splits"], values["kv_heads"], values["batch"]),
 )
 MERGE_SPLITS = KernelFamily(

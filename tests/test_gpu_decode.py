@@ -75,15 +75,19 @@ CASES = [
     (3, 12, 2, 3, 256, 513, (513, 200, 3), True),
     (4, 16, 16, 5, 64, 300, (5, 130, 299, 300), False),
     (2, 64, 8, 2, 128, 1000, (1000, 1), True),
-    # 128 columns (heads of a K/V head x query rows): the wide launch (DecodeLaunch)
+    # 128 columns (heads of a K/V head x query rows): on a dense cache, as the products' M
+    # side (DecodeLaunch.rows_columns), at the wide launch
     (2, 32, 8, 32, 128, 1000, (1000, 40), True),
     (2, 16, 2, 16, 256, 700, (700, 300), False),
+    # 64 and 128 columns on the M side with lengths 0 and 1 (rows that see no key)
+    (3, 32, 8, 16, 128, 1500, (1500, 0, 1), True),
+    (3, 64, 8, 16, 64, 900, (0, 1, 900), False),
     # 32 columns on a grid of at most one CTA per SM: the one-wave launch (DecodeLaunch),
     # at D=128 unsplit only here (splits of at least 1024 keys)
     (2, 32, 8, 8, 128, 2100, (2100, 40), True),
     (3, 64, 8, 4, 64, 900, (900, 0, 333), False),
     (2, 32, 8, 8, 256, 600, (600, 77), True),
-    # 64 columns likewise, with the launch's own tiles
+    # 64 columns (on a dense cache: the M side at the launch's own hints)
     (2, 32, 8, 16, 128, 2100, (2100, 40), False),
     (2, 32, 8, 16, 256, 800, (800, 123), True),
     # D=64 on 256-key tiles at 32 and 64 columns (unsplit only here: splits of 2048 keys)
@@ -270,11 +274,12 @@ def reference_with_variants(query, keys, values, starts, ends, causal, scale, wi
 
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("splits", [1, 4, None])
-@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False)])
+@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False), (16, True)])
 def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, causal):
     """The decode kernel with a window of 300 keys, softcap and sinks, dense (NaN outside
     each sequence, left padding) and paged (shuffled blocks), split or not, against
-    float64: lengths 0, 1, shorter and longer than the window."""
+    float64: lengths 0, 1, shorter and longer than the window; 16 new tokens are 64
+    columns, on a dense cache the products' M side."""
     batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
     dtype = torch.bfloat16
     generator = torch.Generator(device="cuda").manual_seed(q_len + 10 * paged)
@@ -307,11 +312,13 @@ def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, cau
                                             ("dense, no lengths", 128), ("dense, no lengths", 96),
                                             ("paged, no block columns", 128),
                                             ("paged, no blocks", 128)])
-def test_a_cache_with_room_for_no_keys(cache, head_dim):
+@pytest.mark.parametrize("q_len", [3, 32])  # 16 and 128 columns
+def test_a_cache_with_room_for_no_keys(cache, head_dim, q_len):
     """A cache of capacity 0 (a dense one of no slots, a block table of no columns, or no
     blocks) gives zeros and an LSE of -inf, or the sink's logit with sinks, as a sequence
-    of no keys in a larger cache does."""
-    batch, heads, kv_heads, q_len = 2, 8, 2, 3
+    of no keys in a larger cache does; at 128 columns a dense one runs them on the
+    products' M side."""
+    batch, heads, kv_heads = 2, 8, 2
     query = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=torch.bfloat16)
     lengths = None if cache == "dense, no lengths" else \
         torch.zeros(batch, dtype=torch.int32, device="cuda")

@@ -110,13 +110,18 @@ class _DeleteBranches(ast.NodeTransformer):
                 isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
             test = test.left
         if isinstance(test, ast.Name) and test.id in self.names:
-            return [self.visit(statement) for statement in node.orelse] or None
+            kept = []  # the else's statements, those of a nested branch deleted in turn
+            for statement in node.orelse:
+                visited = self.visit(statement)
+                kept += visited if isinstance(visited, list) else [visited] if visited else []
+            return kept or None
         return self.generic_visit(node)
 
     def visit_ImportFrom(self, node):
         if node.level:
             package = "cutile_fmha.kernels" if node.level == 1 else "cutile_fmha"
-            node.module, node.level = f"{package}.{node.module}", 0
+            node.module = package if node.module is None else f"{package}.{node.module}"
+            node.level = 0
         return node
 
 
@@ -177,7 +182,8 @@ def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
                         has_lengths=True, write_lse=True, num_splits=4)
     launch = entry_for("sm_90").decode[128]
     plan = decode_plan(shape, launch, sms=132, device=None)
-    without = module_without(decode_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW", "SINKS")
+    without = module_without(decode_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW", "SINKS",
+                             "QUERIES_ON_M")
     assert sass(export_cubin(plan.kernel, DECODE, dtype="bfloat16", constants=plan.constants,
                              arch="sm_90")) == \
         sass(export_cubin(with_hints(without.decode, plan.hints), DECODE,
@@ -422,20 +428,39 @@ def test_paged_tiles_of_two_blocks_multiply_from_shared_memory_as_a_dense_cache_
     assert paged.count("LDSM") == dense.count("LDSM") > 0
 
 
-@pytest.mark.parametrize("head_dim,q_len,splits", [(128, 8, 4), (256, 8, 1), (128, 16, 1),
-                                                   (256, 16, 4), (64, 8, 1), (64, 16, 4)])
+@pytest.mark.parametrize("head_dim,q_len,splits,block_size", [
+    (128, 8, 4, None), (256, 8, 1, None), (64, 8, 1, None),  # 32 columns
+    (128, 16, 1, 64), (256, 16, 4, 64), (64, 16, 4, 256)])  # 64 columns, paged
 def test_decode_on_one_wave_of_32_or_64_columns_spills_nothing_with_a_producer_warp(
-        head_dim, q_len, splits):
-    """At 32 and 64 columns (8 and 16 new tokens at 4 query heads a K/V head) a grid of one
-    wave takes one CTA per SM and eight worker warps (DecodeLaunch.one_wave_columns), where
-    two CTAs per SM spilled 16-416 bytes or lost the producer warp (at D=64 it takes
-    256-key tiles, which spilled 16-512 bytes at two CTAs per SM): no spill, and a
-    producer warp (USETMAXREG: it hands its registers to the consumers)."""
+        head_dim, q_len, splits, block_size):
+    """At 32 and 64 columns (8 and 16 new tokens at 4 query heads a K/V head; 64 on a
+    paged cache, as a dense one takes them on the products' M side) a grid of one wave
+    takes one CTA per SM and eight worker warps (DecodeLaunch.one_wave_columns), where two
+    CTAs per SM spilled 16-416 bytes or lost the producer warp (at D=64 it takes 256-key
+    tiles, which spilled 16-512 bytes at two CTAs per SM): no spill, and a producer warp
+    (USETMAXREG: it hands its registers to the consumers)."""
+    cubin = compile_decode("sm_90", dtype="bfloat16", head_dim=head_dim, q_len=q_len,
+                           causal=True, splits=splits, block_size=block_size)[0]
+    code = sass(cubin)
+    assert_no_spills(resource_usage(cubin), code)
+    assert "USETMAXREG" in code
+
+
+@pytest.mark.parametrize("head_dim,q_len,splits", [(128, 16, 1), (128, 32, 4), (64, 16, 4),
+                                                   (64, 32, 1), (256, 16, 1), (256, 32, 4)])
+def test_decode_with_the_columns_on_m_reduces_within_warps_and_spills_nothing(head_dim, q_len,
+                                                                              splits):
+    """From 64 columns a dense cache's launch puts the columns on the products' M side
+    (QUERIES_ON_M, DecodeLaunch.rows_columns): warpgroup products, a producer warp, no
+    spill, and the softmax's row reductions within each thread's quad (step 9's few
+    dozen SHFL), where the transposed kernel at 128 columns had 612 SHFL and 104 bytes of
+    stack (D=128)."""
     cubin = compile_decode("sm_90", dtype="bfloat16", head_dim=head_dim, q_len=q_len,
                            causal=True, splits=splits)[0]
     code = sass(cubin)
     assert_no_spills(resource_usage(cubin), code)
-    assert "USETMAXREG" in code
+    assert "USETMAXREG" in code and "HGMMA" in code
+    assert code.count("SHFL") <= 64
 
 
 @pytest.mark.parametrize("splits", [1, 4])
