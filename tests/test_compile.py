@@ -166,8 +166,10 @@ def test_varlen_kernel_compiles(arch, name, head_dim, dtype, causal, write_lse, 
 
 
 # The decode kernel and its merge: one variant per architecture, in turn (dense or paged,
-# split or not, causal rows, left padding, LSE), every head dim it runs on sm_90.
+# split or not, causal rows, left padding, LSE, 64 columns on the products' M side),
+# every head dim it runs on sm_90.
 DECODE_VARIANTS = [dict(block_size=None, splits=1, q_len=1),
+                   dict(block_size=None, splits=4, q_len=16, causal=True, has_starts=True),
                    dict(block_size=16, splits=4, q_len=4, causal=True, write_lse=True),
                    dict(block_size=None, splits=8, q_len=2, has_starts=True, causal=True),
                    dict(block_size=256, splits=1, q_len=1, write_lse=True),
