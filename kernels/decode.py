@@ -224,6 +224,15 @@ def attend_rows(Q, K, V, q, split, lo, unmasked_lo, unmasked_hi, hi, kv_head, en
     return m, l, acc
 
 
+def normalized(m, l, acc):
+    """(acc / l, the base-2 log-sum-exp m + log2(l)) of the running statistics: a column
+    that saw no key (an empty split or sequence, a causal row before the first key) gives
+    0 and -inf."""
+    seen = l > 0.0
+    return (ct.where(seen, ct.truediv(acc, ct.where(seen, l, 1.0)), 0.0),
+            ct.where(seen, m + ct.log2(ct.where(seen, l, 1.0)), -math.inf))
+
+
 @ct.kernel
 def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable, Sinks,
            qk_scale: float, softcap: float, window_left: int, TILE_D: ConstInt,
@@ -280,9 +289,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
                                 end, q_len, column, qk_scale_log2, tanh_scale, window_left,
                                 sink_log2, TILE_D, TILE_N, QUERY_ROWS, CAUSAL, SOFTCAP,
                                 WINDOW, SINKS)
-        seen = l > 0.0
-        out = ct.where(seen, ct.truediv(acc, ct.where(seen, l, 1.0)), 0.0)
-        lse_log2 = ct.transpose(ct.where(seen, m + ct.log2(ct.where(seen, l, 1.0)), -math.inf))
+        out, lse_log2 = normalized(m, l, acc)
+        lse_log2 = ct.transpose(lse_log2)
     else:
         last_key = (end - q_len + column % QUERY_ROWS)[None, :]
         m = ct.full((1, columns), -math.inf, dtype=ct.float32)
@@ -299,12 +307,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         m, l, acc = attend(*shared, q_t, m, l, acc, lo, unmasked_lo, *settings, True)
         m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
         m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_hi, hi, *settings, True)
-
-        # A column that saw no key (an empty split or sequence, a causal row before the
-        # first key) gives 0 and an LSE of -inf.
-        seen = l > 0.0
-        out = ct.transpose(ct.where(seen, ct.truediv(acc, ct.where(seen, l, 1.0)), 0.0))
-        lse_log2 = ct.where(seen, m + ct.log2(ct.where(seen, l, 1.0)), -math.inf)
+        out, lse_log2 = normalized(m, l, acc)
+        out = ct.transpose(out)
     if SPLIT:
         ct.store(Partial, index=(batch, kv_head, split, 0, 0),
                  tile=out.reshape((1, 1, 1, columns, TILE_D)))

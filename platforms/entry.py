@@ -167,11 +167,11 @@ class DecodeLaunch:
         grid is `ctas` CTAs on a GPU of `sms` SMs, over splits of `keys_per_split` keys of
         the cache's capacity, in blocks of `block_size` keys (None: a dense cache)."""
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
+        own = {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
         if columns >= self.wide_columns:
             return self.tile_n, wide
         if self.queries_on_m(columns, block_size):
-            return self.tile_n, {"occupancy": self.occupancy,
-                                 "num_worker_warps": self.num_worker_warps}
+            return self.tile_n, own
         if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
                 ctas <= sms and keys_per_split >= self.one_wave_keys:
             step = (columns // self.one_wave_columns).bit_length() - 1
@@ -179,8 +179,7 @@ class DecodeLaunch:
                 else self.tile_n
             if block_size is None or tile_n <= self.one_wave_blocks * block_size:
                 return tile_n, wide
-        return self.tile_n, {"occupancy": self.occupancy,
-                             "num_worker_warps": self.num_worker_warps}
+        return self.tile_n, own
 
     def queries_on_m(self, columns: int, block_size: int | None) -> bool:
         """Whether a launch of `columns` columns over a cache in blocks of `block_size` keys
