@@ -9,12 +9,14 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
 - The products run transposed, S^T = K Q^T and O^T = V^T P^T: the cache tile (TILE_N
   keys, or the head dim) is the matrix product's M side, so a group of 4 heads of one
   query row uses a 64- or 128-row warpgroup product fully, not one padded from 4 rows.
-  From 64 columns on a dense cache (QUERIES_ON_M) they fill the M side themselves: the
-  products run as step 9's, S = Q K^T and O = P V, with step 9's key loop, so the softmax
-  reduces along each thread's rows instead of across the warps. The CTA views the cache
-  from the sequence's first key to its last (``sequence_keys``): past it the TMA loads
-  give zeros, so no V row needs zeroing in registers, which the products' shared-memory
-  operand could not take.
+  From 64 columns (QUERIES_ON_M) they fill the M side themselves: the products run as
+  step 9's, S = Q K^T and O = P V, with step 9's key loop, so the softmax reduces along
+  each thread's rows instead of across the warps. V is then the products' shared-memory
+  operand, which cannot take rows zeroed in registers, so the TMA loads give zeros past
+  the sequence instead: a dense cache is viewed from the sequence's first key to its last
+  (``sequence_keys``); a paged one, in tiles of at most a block, reads the tile that holds
+  the last key through a view whose blocks end where the sequence's last block does
+  (``ending_blocks``).
 - Split-KV (flash-decoding): with few sequences and heads, the keys of each sequence are
   cut into ct.num_blocks(0) chunks, each CTA writes its chunk's normalised output and
   log-sum-exp to float32 buffers, and ``merge_splits`` combines them. With one split the
@@ -36,8 +38,9 @@ splits share the window only) and SINKS (each head's sink joins the first split'
 max and sum, as a key seen first; the merge weighs it with that split).
 
 Only the tiles at the ends of a sequence (KeyStarts not on a tile boundary or below the
-window, the last keys, the causal diagonal) run mask code. Their V rows outside the sequence are zeroed too: a
-cache's unused slots may hold anything, NaN included, and 0 * NaN is NaN. Page numbers
+window, the last keys, the causal diagonal) run mask code. Their V rows outside the
+sequence are zeroed too (on the M side, read as zeros): a cache's unused slots may hold
+anything, NaN included, and 0 * NaN is NaN. Page numbers
 are clamped to the cache, so a block table entry past a sequence's end is never a read
 outside it.
 """
@@ -69,6 +72,15 @@ def sequence_keys(Cache, batch, start, end):
     with no slots, as kernels/varlen.py's)."""
     first = min(start, max(Cache.shape[2] - 1, 0))
     return Cache.slice(0, batch, batch + 1).slice(2, first, first + end - start)
+
+
+def ending_blocks(Cache, end, BLOCK_SIZE: ConstInt):
+    """A paged cache (blocks, BLOCK_SIZE, kv_heads, D) whose blocks each end where the
+    sequence's last one does (a sequence of `end` keys): the TMA loads of the tile that
+    holds its last key see zeros past it, so no V row needs zeroing in registers (a
+    block's unused rows may hold NaN). The CTA writes its tensor maps; at least one row."""
+    last_block_start = (max(end, 1) - 1) // BLOCK_SIZE * BLOCK_SIZE
+    return Cache.slice(1, 0, max(end - last_block_start, 1))
 
 
 def load_block_rows(Cache, BlockTable, batch, kv_head, first_key, ROWS: ConstInt,
@@ -195,14 +207,18 @@ def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_hea
     return m, l, acc
 
 
-def attend_rows(Q, K, V, q, split, lo, unmasked_lo, unmasked_hi, hi, kv_head, end, q_len,
-                column, qk_scale_log2, tanh_scale, window_left, sink_log2, TILE_D: ConstInt,
-                TILE_N: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-                WINDOW: ConstBool, SINKS: ConstBool):
+def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi, batch,
+                kv_head, end, q_len, column, qk_scale_log2, tanh_scale, window_left, sink_log2,
+                TILE_D: ConstInt, TILE_N: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool,
+                PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool, WINDOW: ConstBool,
+                SINKS: ConstBool):
     """(m, l: (M, 1); acc: (M, TILE_D)) of the M columns of q (M, TILE_D) as rows, over key
-    tiles lo..hi-1 of one sequence's keys K, V (``sequence_keys``: `end` of them), by step
-    9's key loop: the tiles from unmasked_lo to unmasked_hi - 1 every row sees whole. Row c
-    is column c of the transposed kernel: its last key is end - q_len + c % QUERY_ROWS."""
+    tiles lo..hi-1 of one sequence's `end` keys, by step 9's key loop: the tiles from
+    unmasked_lo to unmasked_hi - 1 every row sees whole. Row c is column c of the
+    transposed kernel: its last key is end - q_len + c % QUERY_ROWS. K, V: the sequence's
+    keys (``sequence_keys``), or under PAGED the paged cache, whose key tiles are each in
+    one block (TILE_N divides BLOCK_SIZE), the tile that holds the last key read through
+    ``ending_blocks``."""
     columns = q.shape[0]
     last_key = (end - q_len + column % QUERY_ROWS)[:, None]
     m = ct.full((columns, 1), -math.inf, dtype=ct.float32)
@@ -213,14 +229,27 @@ def attend_rows(Q, K, V, q, split, lo, unmasked_lo, unmasked_hi, hi, kv_head, en
         l = ct.where(first_split, 1.0, l)
     acc = ct.full((columns, TILE_D), 0.0, dtype=ct.float32)
     keys = ct.arange(TILE_N, dtype=ct.int32)[None, :]
+    # The masked tiles up to head_end and tail_end; under PAGED the tile past them, which
+    # holds rows past the last key (none when the sequence ends on a tile boundary), after.
+    head_end, tail_end, ragged, sequence, tiles_per_block = unmasked_lo, hi, hi, 0, 0
+    if PAGED:
+        ragged, sequence, tiles_per_block = end // TILE_N, batch, BLOCK_SIZE // TILE_N
+        head_end, tail_end = min(unmasked_lo, ragged), min(hi, ragged)
     # No key right of the last: the window's right side is the causal mask (or none).
-    where = (0, kv_head, end, last_key, keys, qk_scale_log2, TILE_D, 0, TILE_D, columns,
+    where = (sequence, kv_head, end, last_key, keys, qk_scale_log2, TILE_D, 0, TILE_D, columns,
              TILE_N, CAUSAL)
     variants = (False, 0, SOFTCAP, tanh_scale, WINDOW, window_left, 1 << 30, True)
-    m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, lo, unmasked_lo, *where, True, *variants)
+    pages = (BlockTable, tiles_per_block)
+    m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, lo, head_end, *where, True, *variants,
+                             *pages)
     m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, unmasked_lo, unmasked_hi, *where, False,
-                             *variants)
-    m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, unmasked_hi, hi, *where, True, *variants)
+                             *variants, *pages)
+    m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, unmasked_hi, tail_end, *where, True,
+                             *variants, *pages)
+    if PAGED:
+        m, l, acc = step9.attend(Q, ending_blocks(K, end, BLOCK_SIZE),
+                                 ending_blocks(V, end, BLOCK_SIZE), q, q, m, l, acc,
+                                 max(lo, ragged), hi, *where, True, *variants, *pages)
     return m, l, acc
 
 
@@ -243,8 +272,10 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     """Q, Out: (batch, heads, q_len, D), any strides; Lse: (batch, heads, q_len) float32;
     Partial, PartialLse: (batch, kv_heads, splits, M, D) and (.., M) float32 with M =
     GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT); Sinks: (heads,)
-    float32 under SINKS. QUERIES_ON_M (a dense cache): the columns are the products' M
-    side, S = Q K^T, and the key loop is step 9's (``attend_rows``)."""
+    float32 under SINKS. QUERIES_ON_M: the columns are the products' M side, S = Q K^T,
+    and the key loop is step 9's (``attend_rows``); paged, only with tiles of at most a
+    block and keys from 0 (not HAS_STARTS: a block's rows before a sequence's first key
+    would be read as keys)."""
     split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if SPLIT:  # the merge's CTAs may start now, and wait on the GPU for this grid's end
         ct.grid_dependency_control_launch_dependents()
@@ -261,7 +292,7 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     is_query = (column // QUERY_ROWS < QUERY_GROUP)[:, None] & (query_row < q_len)
     dims = ct.arange(TILE_D, dtype=ct.int32)[None, :]
     q = ct.gather(Q, (batch, head, query_row, dims), mask=is_query)
-    if QUERIES_ON_M:  # the sequence's own keys, counted from its first
+    if QUERIES_ON_M and not PAGED:  # the sequence's own keys, counted from its first
         K, V = sequence_keys(K, batch, start, end), sequence_keys(V, batch, start, end)
         start, end = 0, end - start
 
@@ -285,10 +316,10 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     if SINKS:  # the sink as a key the first split saw first: running max it, sum exp(0) = 1
         sink_log2 = ct.gather(Sinks, head, mask=is_query) * INV_LOG_2
     if QUERIES_ON_M:
-        m, l, acc = attend_rows(Q, K, V, q, split, lo, unmasked_lo, unmasked_hi, hi, kv_head,
-                                end, q_len, column, qk_scale_log2, tanh_scale, window_left,
-                                sink_log2, TILE_D, TILE_N, QUERY_ROWS, CAUSAL, SOFTCAP,
-                                WINDOW, SINKS)
+        m, l, acc = attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
+                                batch, kv_head, end, q_len, column, qk_scale_log2, tanh_scale,
+                                window_left, sink_log2, TILE_D, TILE_N, QUERY_ROWS, CAUSAL,
+                                PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, SINKS)
         out, lse_log2 = normalized(m, l, acc)
         lse_log2 = ct.transpose(lse_log2)
     else:

@@ -27,7 +27,7 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
            TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
            MASKED: ConstBool, FP8: ConstBool, FMA_EXP2: ConstInt, SOFTCAP: ConstBool,
            tanh_scale, WINDOW: ConstBool, window_left, window_right,
-           ROWS_MAY_SEE_NOTHING: ConstBool):
+           ROWS_MAY_SEE_NOTHING: ConstBool, BlockTable, TILES_PER_BLOCK: ConstInt):
     """Key tiles first_tile..end_tile-1 into the running (m_i, l_i, acc); with MASKED, past
     the causal diagonal, the last key and the window are masked. FP8: V is stored
     transposed (see kernels/fp8.py). FMA_EXP2: one exponential in FMA_EXP2 of the
@@ -36,17 +36,28 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
     WINDOW: row i sees keys last_key[i] - window_left to last_key[i] + window_right.
     TILE_D_TAIL: Q's and K's columns past TILE_D (q_tail), a product of their own
     (``attend_query_tile``). ROWS_MAY_SEE_NOTHING: a masked tile may be the first a row
-    sees and hold none of its keys (a window's edge; a split of the decode kernel)."""
+    sees and hold none of its keys (a window's edge; a split of the decode kernel).
+    TILES_PER_BLOCK (0: K and V are (batch, heads, keys, D)): K and V are a paged cache
+    (blocks, block_size, heads, D) of TILES_PER_BLOCK key tiles a block, and sequence
+    `batch`'s tile j is in block BlockTable[batch, j // TILES_PER_BLOCK] (the decode
+    kernel's; not with FP8, whose V is stored transposed)."""
+    k_order, v_order = (0, 1, 3, 2), (0, 1, 2, 3)  # as (batch, heads, D, keys), (.., keys, D)
+    if TILES_PER_BLOCK > 0:
+        k_order, v_order = (0, 2, 3, 1), (0, 2, 1, 3)
     for j in range(first_tile, end_tile):
-        k_t = ct.load(K, index=(batch, kv_head, 0, j), shape=(1, 1, TILE_D, TILE_N),
-                      order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
+        sequence, tile = batch, j
+        if TILES_PER_BLOCK > 0:
+            sequence = ct.gather(BlockTable, (batch, j // TILES_PER_BLOCK))  # 0 past the table
+            sequence, tile = min(max(sequence, 0), K.shape[0] - 1), j % TILES_PER_BLOCK
+        k_t = ct.load(K, index=(sequence, kv_head, 0, tile), shape=(1, 1, TILE_D, TILE_N),
+                      order=k_order, padding_mode=ct.PaddingMode.ZERO,
                       latency=2).reshape((TILE_D, TILE_N))
         # FP8: both products accumulate in the tensor cores (fast accumulation, see
         # kernels/fp8.py), as the bfloat16 ones do.
         qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32), use_fast_acc=FP8)
         if TILE_D_TAIL > 0:
-            k_tail = ct.load(K, index=(batch, kv_head, TILE_D // TILE_D_TAIL, j),
-                             shape=(1, 1, TILE_D_TAIL, TILE_N), order=(0, 1, 3, 2),
+            k_tail = ct.load(K, index=(sequence, kv_head, TILE_D // TILE_D_TAIL, tile),
+                             shape=(1, 1, TILE_D_TAIL, TILE_N), order=k_order,
                              padding_mode=ct.PaddingMode.ZERO,
                              latency=2).reshape((TILE_D_TAIL, TILE_N))
             qk = ct.mma(q_tail, k_tail, qk)
@@ -86,8 +97,9 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
                         order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
                         latency=4).reshape((TILE_N, TILE_DV))
         else:
-            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_DV),
-                        padding_mode=ct.PaddingMode.ZERO, latency=4).reshape((TILE_N, TILE_DV))
+            v = ct.load(V, index=(sequence, kv_head, tile, 0), shape=(1, 1, TILE_N, TILE_DV),
+                        order=v_order, padding_mode=ct.PaddingMode.ZERO,
+                        latency=4).reshape((TILE_N, TILE_DV))
         acc = ct.mma(p.astype(Q.dtype), v, acc, use_fast_acc=FP8)
         m_i = m_ij
     return m_i, l_i, acc
@@ -153,7 +165,9 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
         q_tile * TILE_M, (q_tile + 1) * TILE_M, k_len, query_offset, TILE_N, CAUSAL, WINDOW,
         window_left, window_right)
     tiles = (TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, CAUSAL)
-    variants = (FP8, FMA_EXP2, SOFTCAP, tanh_scale, WINDOW, window_left, window_right, WINDOW)
+    # WINDOW: a row may see none of a masked tile's keys; K and V are (batch, heads, keys, D)
+    variants = (FP8, FMA_EXP2, SOFTCAP, tanh_scale, WINDOW, window_left, window_right, WINDOW,
+                K, 0)
     shared = (Q, K, V, q, q_tail)
     where = (batch, kv_head, k_len, last_key, offs_n_in_tile, qk_scale_log2)
     if WINDOW:  # the tiles across the window's lower edge

@@ -144,6 +144,14 @@ class DecodeLaunch:
     # took 0.65-0.95x and 0.33-0.64x the time of the launches before it (D 64-256, H100,
     # 2026-11-27: docs/performance.md, "Speculative decoding").
     rows_columns: int | None = None
+    # A paged cache in blocks of at least this many keys (None: never; a power of two from
+    # 64) runs so too, in tiles of at most a block, its keys from the first (no left
+    # padding: a block's rows before a sequence would count as keys). At 64 and 128
+    # columns it took 0.42-0.93x the time of the transposed products, and 1.00-1.08x the
+    # dense cache's (1.12x at D=64 in blocks of 64; D 64-256, H100, 2026-11-27:
+    # docs/performance.md, "Speculative decoding"). Smaller blocks would take products of
+    # a block each, every one waited for (the paged items in "Decoding from a KV cache").
+    rows_block_size: int | None = None
 
     def __post_init__(self):
         if self.one_wave_columns is not None and not is_power_of_two(self.one_wave_columns):
@@ -160,18 +168,25 @@ class DecodeLaunch:
                                                   self.rows_columns >= 64):
             raise ValueError(f"rows_columns must be None or a power of two from 64 (a "
                              f"warpgroup product's rows), got {self.rows_columns!r}")
+        if self.rows_block_size is not None and not (is_power_of_two(self.rows_block_size) and
+                                                     self.rows_block_size >= 64):
+            raise ValueError(f"rows_block_size must be None or a power of two from 64 (keys a "
+                             f"block holds), got {self.rows_block_size!r}")
 
     def tile_and_hints(self, columns: int, ctas: int, sms: int, keys_per_split: int,
-                       block_size: int | None = None) -> tuple[int, dict]:
+                       block_size: int | None = None,
+                       has_starts: bool = False) -> tuple[int, dict]:
         """The keys per tile and the compiler hints of a launch of `columns` columns whose
         grid is `ctas` CTAs on a GPU of `sms` SMs, over splits of `keys_per_split` keys of
-        the cache's capacity, in blocks of `block_size` keys (None: a dense cache)."""
+        the cache's capacity, in blocks of `block_size` keys (None: a dense cache), with
+        keys from a per-sequence start or not (`has_starts`)."""
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         own = {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
+        if self.queries_on_m(columns, block_size, has_starts):
+            return min(self.tile_n, block_size or self.tile_n), \
+                wide if columns >= self.wide_columns else own
         if columns >= self.wide_columns:
             return self.tile_n, wide
-        if self.queries_on_m(columns, block_size):
-            return self.tile_n, own
         if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
                 ctas <= sms and keys_per_split >= self.one_wave_keys:
             step = (columns // self.one_wave_columns).bit_length() - 1
@@ -181,11 +196,15 @@ class DecodeLaunch:
                 return tile_n, wide
         return self.tile_n, own
 
-    def queries_on_m(self, columns: int, block_size: int | None) -> bool:
+    def queries_on_m(self, columns: int, block_size: int | None,
+                     has_starts: bool = False) -> bool:
         """Whether a launch of `columns` columns over a cache in blocks of `block_size` keys
-        (None: dense) puts the columns on the products' M side."""
-        return block_size is None and self.rows_columns is not None and \
-            columns >= self.rows_columns
+        (None: dense), with keys from a per-sequence start or not, puts the columns on the
+        products' M side."""
+        if self.rows_columns is None or columns < self.rows_columns:
+            return False
+        return block_size is None or self.rows_block_size is not None and \
+            block_size >= self.rows_block_size and not has_starts
 
     def long_capacity(self, capacity: int, splits: int) -> int:
         """The capacity a plan of `splits` splits is made for in place of `capacity`: the
@@ -209,11 +228,12 @@ class DecodeLaunch:
 # its launches take from here.
 DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                  one_wave_tiles=(256, 256), one_wave_keys=2048,
-                                 one_wave_blocks=1, rows_columns=64),
+                                 one_wave_blocks=1, rows_columns=64, rows_block_size=64),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
-                                  one_wave_tiles=(64,), one_wave_keys=1024, rows_columns=64),
+                                  one_wave_tiles=(64,), one_wave_keys=1024, rows_columns=64,
+                                  rows_block_size=64),
                 256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32,
-                                  one_wave_tiles=(64,), rows_columns=64)}
+                                  one_wave_tiles=(64,), rows_columns=64, rows_block_size=64)}
 
 
 @dataclass(frozen=True)

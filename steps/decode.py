@@ -127,7 +127,8 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     columns = group_tile * query_rows
     tile_n, hints = launch.tile_and_hints(columns, shape.batch * shape.kv_heads * splits, sms,
                                           keys_per_split=shape.capacity // splits,
-                                          block_size=shape.block_size)
+                                          block_size=shape.block_size,
+                                          has_starts=shape.has_starts)
     if shape.block_size is not None:
         tile_n = min(tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
     common = {"TILE_D": shape.head_dim, "QUERY_GROUP": shape.group, "QUERY_ROWS": query_rows,
@@ -136,7 +137,8 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
                           "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1,
-                          "QUERIES_ON_M": launch.queries_on_m(columns, shape.block_size)} | \
+                          "QUERIES_ON_M": launch.queries_on_m(columns, shape.block_size,
+                                                              shape.has_starts)} | \
         shape.asked.constants()
     merge_constants = common | {"SPLITS_TILE": power_of_two_at_least(splits)}
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,

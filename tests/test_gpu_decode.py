@@ -52,17 +52,24 @@ def dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, genera
 
 
 def paged_cache(batch, kv_heads, capacity, head_dim, dtype, block_size, ends, generator):
-    """(key_cache, value_cache, block_table, per-sequence dense views for the reference)."""
+    """(key_cache, value_cache, block_table, per-sequence dense views for the reference):
+    NaN in every block row that holds none of a sequence's keys (a last block's rows past
+    its sequence's end, and the blocks no sequence uses)."""
     per_sequence = math.ceil(capacity / block_size)
     blocks = batch * per_sequence + 5
     caches = [torch.randn(blocks, block_size, kv_heads, head_dim, generator=generator,
                           device="cuda", dtype=dtype) for _ in range(2)]
     table = torch.randperm(blocks, generator=generator, device="cuda")[:batch * per_sequence]
     table = table.reshape(batch, per_sequence).int()
+    unused = torch.ones(blocks, block_size, dtype=torch.bool, device="cuda")
     for b in range(batch):  # entries past the sequence's last block point anywhere, or nowhere
         used = math.ceil(ends[b] / block_size)
+        for i in range(used):
+            unused[table[b, i], :ends[b] - i * block_size] = False
         table[b, used:] = torch.randint(-3, blocks + 3, (per_sequence - used,),
                                         generator=generator, device="cuda", dtype=torch.int32)
+    for cache in caches:
+        cache[unused] = math.nan
     dense = [cache[table.clamp(0, blocks - 1).long()].flatten(1, 2).transpose(1, 2)
              for cache in caches]
     return caches, table, dense
@@ -137,6 +144,20 @@ def test_paged_cache_at_d64_on_one_wave_matches_the_reference(block_size, splits
     one-wave launch's 256-key tiles (DecodeLaunch.one_wave_tiles), smaller ones the
     table's launch (DecodeLaunch.one_wave_blocks)."""
     check_paged_cache(block_size, splits, q_len, True, head_dim=64, ends=[4352, 0, 2049, 3001])
+
+
+@pytest.mark.parametrize("head_dim", [64, 256])
+@pytest.mark.parametrize("block_size", [64, 128, 256])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("q_len", [16, 32])
+def test_paged_cache_with_the_columns_on_m_matches_the_reference(head_dim, block_size, splits,
+                                                                 q_len):
+    """64 and 128 columns on a paged cache of blocks of 64 keys and more run on the
+    products' M side: sequences that end inside a tile, on a tile but not a block boundary
+    (640), on a block boundary (512), and of 0 and 1 keys, whose last blocks hold NaN past
+    them."""
+    check_paged_cache(block_size, splits, q_len, True, head_dim=head_dim,
+                      ends=[1100, 0, 1, 517, 640, 512])
 
 
 def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends):

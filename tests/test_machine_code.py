@@ -162,11 +162,12 @@ def test_log_sum_exp_costs_nothing_when_off(step, tmp_path):
     assert off != sm90_sass(step, STEPS[step].kernel, write_lse=True)
 
 
-@pytest.mark.parametrize("variant", ["FP8", "SOFTCAP", "WINDOW", "SINKS"])
+@pytest.mark.parametrize("variant", ["FP8", "SOFTCAP", "WINDOW", "SINKS", "TILES_PER_BLOCK"])
 def test_variant_branches_cost_the_plain_kernel_nothing(variant, tmp_path):
-    """Step 9's code serves the FP8 forward and the variants (kernels/fp8.py,
-    kernels/variants.py) through constants: off (every step 9 launch), the machine code is
-    that of the code without the variant's branches."""
+    """Step 9's code serves the FP8 forward, the variants (kernels/fp8.py,
+    kernels/variants.py) and the decode kernel's paged caches (TILES_PER_BLOCK) through
+    constants: off (every step 9 launch), the machine code is that of the code without
+    the variant's branches."""
     step = step_of(step9_unmasked_loop).number
     assert sm90_sass(step, STEPS[step].kernel, write_lse=False) == \
         sm90_sass(step, kernel_without(step, tmp_path, variant), write_lse=False)
@@ -446,21 +447,24 @@ def test_decode_on_one_wave_of_32_or_64_columns_spills_nothing_with_a_producer_w
     assert "USETMAXREG" in code
 
 
-@pytest.mark.parametrize("head_dim,q_len,splits", [(128, 16, 1), (128, 32, 4), (64, 16, 4),
-                                                   (64, 32, 1), (256, 16, 1), (256, 32, 4)])
-def test_decode_with_the_columns_on_m_reduces_within_warps_and_spills_nothing(head_dim, q_len,
-                                                                              splits):
-    """From 64 columns a dense cache's launch puts the columns on the products' M side
-    (QUERIES_ON_M, DecodeLaunch.rows_columns): warpgroup products, a producer warp, no
-    spill, and the softmax's row reductions within each thread's quad (step 9's few
-    dozen SHFL), where the transposed kernel at 128 columns had 612 SHFL and 104 bytes of
-    stack (D=128)."""
+@pytest.mark.parametrize("head_dim,q_len,splits,block_size", [
+    (128, 16, 1, None), (128, 32, 4, None), (64, 16, 4, None), (64, 32, 1, None),
+    (256, 16, 1, None), (256, 32, 4, None),
+    (128, 16, 4, 64), (128, 32, 1, 256), (64, 16, 1, 64), (256, 32, 4, 128)])
+def test_decode_with_the_columns_on_m_reduces_within_warps_and_spills_nothing(
+        head_dim, q_len, splits, block_size):
+    """From 64 columns a dense cache's launch, and a paged one's in blocks of 64 keys and
+    more, puts the columns on the products' M side (QUERIES_ON_M, DecodeLaunch.rows_columns
+    and rows_block_size): warpgroup products, a producer warp, no spill, and the softmax's
+    row reductions within each thread's quad (step 9's few dozen SHFL, at most 96 with the
+    paged cache's four loops), where the transposed kernel at 128 columns had 612 SHFL and
+    104 bytes of stack (D=128)."""
     cubin = compile_decode("sm_90", dtype="bfloat16", head_dim=head_dim, q_len=q_len,
-                           causal=True, splits=splits)[0]
+                           causal=True, splits=splits, block_size=block_size)[0]
     code = sass(cubin)
     assert_no_spills(resource_usage(cubin), code)
     assert "USETMAXREG" in code and "HGMMA" in code
-    assert code.count("SHFL") <= 64
+    assert code.count("SHFL") <= (64 if block_size is None else 96)
 
 
 @pytest.mark.parametrize("splits", [1, 4])
