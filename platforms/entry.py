@@ -145,12 +145,13 @@ class DecodeLaunch:
     # 2026-11-27: docs/performance.md, "Speculative decoding").
     rows_columns: int | None = None
     # A paged cache in blocks of at least this many keys (None: never; a power of two from
-    # 64) runs so too, in tiles of at most a block, its keys from the first (no left
-    # padding: a block's rows before a sequence would count as keys). At 64 and 128
-    # columns it took 0.42-0.93x the time of the transposed products, and 1.00-1.08x the
-    # dense cache's (1.12x at D=64 in blocks of 64; D 64-256, H100, 2026-11-27:
-    # docs/performance.md, "Speculative decoding"). Smaller blocks would take products of
-    # a block each, every one waited for (the paged items in "Decoding from a KV cache").
+    # 16, the least block size) runs so too, in tiles of at most a block, its keys from
+    # the first (no left padding: a block's rows before a sequence would count as keys).
+    # At 64 and 128 columns it took 0.42-0.93x the time of the transposed products in
+    # blocks of 64-256, and 1.00-1.08x the dense cache's (1.12x at D=64 in blocks of 64);
+    # in blocks of 16 and 32, tiles of one block, 0.51-0.86x the transposed time and
+    # 1.04-2.32x the dense cache's (D 64-256, H100, 2026-11-27: docs/performance.md,
+    # "Speculative decoding").
     rows_block_size: int | None = None
 
     def __post_init__(self):
@@ -169,8 +170,8 @@ class DecodeLaunch:
             raise ValueError(f"rows_columns must be None or a power of two from 64 (a "
                              f"warpgroup product's rows), got {self.rows_columns!r}")
         if self.rows_block_size is not None and not (is_power_of_two(self.rows_block_size) and
-                                                     self.rows_block_size >= 64):
-            raise ValueError(f"rows_block_size must be None or a power of two from 64 (keys a "
+                                                     self.rows_block_size >= 16):
+            raise ValueError(f"rows_block_size must be None or a power of two from 16 (keys a "
                              f"block holds), got {self.rows_block_size!r}")
 
     def tile_and_hints(self, columns: int, ctas: int, sms: int, keys_per_split: int,
@@ -228,12 +229,12 @@ class DecodeLaunch:
 # its launches take from here.
 DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                  one_wave_tiles=(256, 256), one_wave_keys=2048,
-                                 one_wave_blocks=1, rows_columns=64, rows_block_size=64),
+                                 one_wave_blocks=1, rows_columns=64, rows_block_size=16),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                   one_wave_tiles=(64,), one_wave_keys=1024, rows_columns=64,
-                                  rows_block_size=64),
+                                  rows_block_size=16),
                 256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32,
-                                  one_wave_tiles=(64,), rows_columns=64, rows_block_size=64)}
+                                  one_wave_tiles=(64,), rows_columns=64, rows_block_size=16)}
 
 
 @dataclass(frozen=True)

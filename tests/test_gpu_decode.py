@@ -147,15 +147,15 @@ def test_paged_cache_at_d64_on_one_wave_matches_the_reference(block_size, splits
 
 
 @pytest.mark.parametrize("head_dim", [64, 256])
-@pytest.mark.parametrize("block_size", [64, 128, 256])
+@pytest.mark.parametrize("block_size", [16, 64, 128, 256])
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("q_len", [16, 32])
 def test_paged_cache_with_the_columns_on_m_matches_the_reference(head_dim, block_size, splits,
                                                                  q_len):
-    """64 and 128 columns on a paged cache of blocks of 64 keys and more run on the
-    products' M side: sequences that end inside a tile, on a tile but not a block boundary
-    (640), on a block boundary (512), and of 0 and 1 keys, whose last blocks hold NaN past
-    them."""
+    """64 and 128 columns on a paged cache run on the products' M side, in tiles of at most
+    a block: sequences that end inside a tile, on a tile but not a block boundary (640 in
+    blocks of 256), on a block boundary (512), and of 0 and 1 keys, whose last blocks hold
+    NaN past them."""
     check_paged_cache(block_size, splits, q_len, True, head_dim=head_dim,
                       ends=[1100, 0, 1, 517, 640, 512])
 

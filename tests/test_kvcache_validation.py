@@ -179,7 +179,7 @@ def test_the_one_wave_launch_takes_a_tile_per_column_count(q_len, keys, block_si
     (32, None, True, True, 128, True),  # 128 columns: at the wide launch's
     (16, 64, False, True, 64, False), (32, 256, False, True, 128, True),  # paged: tile <= block
     (32, 128, False, True, 128, True),
-    (16, 32, False, False, 128, True), (32, 16, False, False, 128, True),  # small blocks
+    (16, 32, False, False, 128, True), (32, 16, False, False, 128, True),  # blocks under 64
     (16, 64, True, False, 128, True),  # left padding in a paged cache: transposed
     (8, None, False, False, 64, True), (8, 256, False, False, 64, True),  # 32 columns
 ])

@@ -450,15 +450,16 @@ def test_decode_on_one_wave_of_32_or_64_columns_spills_nothing_with_a_producer_w
 @pytest.mark.parametrize("head_dim,q_len,splits,block_size", [
     (128, 16, 1, None), (128, 32, 4, None), (64, 16, 4, None), (64, 32, 1, None),
     (256, 16, 1, None), (256, 32, 4, None),
-    (128, 16, 4, 64), (128, 32, 1, 256), (64, 16, 1, 64), (256, 32, 4, 128)])
+    (128, 16, 4, 64), (128, 32, 1, 256), (64, 16, 1, 64), (256, 32, 4, 128),
+    (128, 32, 4, 16), (256, 16, 1, 32)])
 def test_decode_with_the_columns_on_m_reduces_within_warps_and_spills_nothing(
         head_dim, q_len, splits, block_size):
-    """From 64 columns a dense cache's launch, and a paged one's in blocks of 64 keys and
-    more, puts the columns on the products' M side (QUERIES_ON_M, DecodeLaunch.rows_columns
-    and rows_block_size): warpgroup products, a producer warp, no spill, and the softmax's
-    row reductions within each thread's quad (step 9's few dozen SHFL, at most 96 with the
-    paged cache's four loops), where the transposed kernel at 128 columns had 612 SHFL and
-    104 bytes of stack (D=128)."""
+    """From 64 columns a dense cache's launch, and a paged one's (in tiles of at most a
+    block), puts the columns on the products' M side (QUERIES_ON_M,
+    DecodeLaunch.rows_columns and rows_block_size): warpgroup products, a producer warp, no
+    spill, and the softmax's row reductions within each thread's quad (step 9's few dozen
+    SHFL, at most 96 with the paged cache's four loops), where the transposed kernel at
+    128 columns had 612 SHFL and 104 bytes of stack (D=128)."""
     cubin = compile_decode("sm_90", dtype="bfloat16", head_dim=head_dim, q_len=q_len,
                            causal=True, splits=splits, block_size=block_size)[0]
     code = sass(cubin)

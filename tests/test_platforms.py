@@ -169,7 +169,7 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
         rows_columns=DECODE_GUESS[128].rows_columns,
         rows_block_size=DECODE_GUESS[128].rows_block_size)
     for key, wrong in (("one_wave_columns", 48), ("one_wave_tiles", [256, 96]),
-                       ("one_wave_blocks", 0), ("rows_columns", 32), ("rows_block_size", 16)):
+                       ("one_wave_blocks", 0), ("rows_columns", 32), ("rows_block_size", 8)):
         path.write_text(json.dumps(data | {"launches": [data["launches"][0] | {key: wrong}]}))
         with pytest.raises(ValueError, match=rf"sm_90-decode.json: {key} must be"):
             tuned.load_tuned("sm_90")
