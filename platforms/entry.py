@@ -174,28 +174,29 @@ class DecodeLaunch:
             raise ValueError(f"rows_block_size must be None or a power of two from 16 (keys a "
                              f"block holds), got {self.rows_block_size!r}")
 
-    def tile_and_hints(self, columns: int, ctas: int, sms: int, keys_per_split: int,
-                       block_size: int | None = None,
-                       has_starts: bool = False) -> tuple[int, dict]:
-        """The keys per tile and the compiler hints of a launch of `columns` columns whose
-        grid is `ctas` CTAs on a GPU of `sms` SMs, over splits of `keys_per_split` keys of
-        the cache's capacity, in blocks of `block_size` keys (None: a dense cache), with
-        keys from a per-sequence start or not (`has_starts`)."""
+    def choose(self, columns: int, ctas: int, sms: int, keys_per_split: int,
+               block_size: int | None = None,
+               has_starts: bool = False) -> tuple[bool, int, dict]:
+        """(whether the columns are the products' M side, the keys per tile, the compiler
+        hints) of a launch of `columns` columns whose grid is `ctas` CTAs on a GPU of `sms`
+        SMs, over splits of `keys_per_split` keys of the cache's capacity, in blocks of
+        `block_size` keys (None: a dense cache), with keys from a per-sequence start or not
+        (`has_starts`)."""
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         own = {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
         if self.queries_on_m(columns, block_size, has_starts):
-            return min(self.tile_n, block_size or self.tile_n), \
+            return True, min(self.tile_n, block_size or self.tile_n), \
                 wide if columns >= self.wide_columns else own
         if columns >= self.wide_columns:
-            return self.tile_n, wide
+            return False, self.tile_n, wide
         if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
                 ctas <= sms and keys_per_split >= self.one_wave_keys:
             step = (columns // self.one_wave_columns).bit_length() - 1
             tile_n = self.one_wave_tiles[step] if step < len(self.one_wave_tiles) \
                 else self.tile_n
             if block_size is None or tile_n <= self.one_wave_blocks * block_size:
-                return tile_n, wide
-        return self.tile_n, own
+                return False, tile_n, wide
+        return False, self.tile_n, own
 
     def queries_on_m(self, columns: int, block_size: int | None,
                      has_starts: bool = False) -> bool:

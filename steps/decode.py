@@ -63,7 +63,7 @@ class DecodePlan:
     """One shape's launches on one device: the kernels, their grids and constants, and the
     split buffers per stream."""
     kernel: object
-    hints: dict  # the compiler hints `kernel` was made with (DecodeLaunch.tile_and_hints)
+    hints: dict  # the compiler hints `kernel` was made with (DecodeLaunch.choose)
     grid: tuple[int, int, int]
     constants: dict
     merge_grid: tuple[int, int, int]
@@ -125,10 +125,10 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
                                                sms)
     columns = group_tile * query_rows
-    tile_n, hints = launch.tile_and_hints(columns, shape.batch * shape.kv_heads * splits, sms,
-                                          keys_per_split=shape.capacity // splits,
-                                          block_size=shape.block_size,
-                                          has_starts=shape.has_starts)
+    queries_on_m, tile_n, hints = launch.choose(columns, shape.batch * shape.kv_heads * splits,
+                                                sms, keys_per_split=shape.capacity // splits,
+                                                block_size=shape.block_size,
+                                                has_starts=shape.has_starts)
     if shape.block_size is not None:
         tile_n = min(tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
     common = {"TILE_D": shape.head_dim, "QUERY_GROUP": shape.group, "QUERY_ROWS": query_rows,
@@ -137,8 +137,7 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
                           "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1,
-                          "QUERIES_ON_M": launch.queries_on_m(columns, shape.block_size,
-                                                              shape.has_starts)} | \
+                          "QUERIES_ON_M": queries_on_m} | \
         shape.asked.constants()
     merge_constants = common | {"SPLITS_TILE": power_of_two_at_least(splits)}
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
