@@ -78,6 +78,17 @@ def exp2_on_fma(x):
     return ct.bitcast(ct.bitcast(fraction, ct.int32) + (whole << 23), ct.float32)
 
 
+def joined(parts, AXIS: ConstInt):
+    """`parts` (a tuple of 2^k tiles of one shape) concatenated along AXIS in order, in
+    pairs: a tile's sizes must be powers of two."""
+    for _ in ct.static_iter(range(len(parts).bit_length() - 1)):
+        pairs = ()
+        for i in ct.static_iter(range(len(parts) // 2)):
+            pairs += (ct.cat((parts[2 * i], parts[2 * i + 1]), AXIS),)
+        parts = pairs
+    return parts[0]
+
+
 def exp2_split(x, FMA_EXP2: ConstInt):
     """2^x of a finite 2-D tile, one column in FMA_EXP2 (a power of two from 2 up to its
     columns) by ``exp2_on_fma``, the others by MUFU.EX2: the first half of the columns is

@@ -14,9 +14,9 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
   each thread's rows instead of across the warps. V is then the products' shared-memory
   operand, which cannot take rows zeroed in registers, so the TMA loads give zeros past
   the sequence instead: a dense cache is viewed from the sequence's first key to its last
-  (``sequence_keys``); a paged one, in tiles of at most a block, reads the tile that holds
-  the last key through a view whose blocks end where the sequence's last block does
-  (``ending_blocks``).
+  (``sequence_keys``); a paged one reads the tile that holds the last key, a block at a
+  time where a tile spans several, through a view whose blocks end where the sequence's
+  last block does (``ending_blocks``).
 - Split-KV (flash-decoding): with few sequences and heads, the keys of each sequence are
   cut into ct.num_blocks(0) chunks, each CTA writes its chunk's normalised output and
   log-sum-exp to float32 buffers, and ``merge_splits`` combines them. With one split the
@@ -25,8 +25,9 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
   them, so no launch gap separates the two kernels.
 - The cache is dense, (batch, kv_heads, capacity, D) as transformers keeps it, or paged
   (PAGED): (blocks, BLOCK_SIZE, kv_heads, D), sequence b's key p in block
-  BlockTable[b, p // BLOCK_SIZE], each block's rows a TMA load of its own (a tile of two
-  blocks of 64 keys or more: two products per matrix, one per block).
+  BlockTable[b, p // BLOCK_SIZE], each block's rows a TMA load of its own (a tile of
+  several blocks: a product per block and matrix on the M side, and for two blocks of 64
+  keys or more in the transposed products; smaller blocks joined there).
 - Sequence b's keys are KeyStarts[b] (HAS_STARTS; else 0) to KeyEnds[b]-1 (HAS_LENGTHS;
   else the whole capacity). Under CAUSAL its query row t sees keys up to KeyEnds[b] - q_len + t: the
   new tokens are the cache's last ones.
@@ -50,7 +51,7 @@ import math
 import cuda.tile as ct
 
 from . import step9_unmasked_loop as step9
-from .common import INV_LOG_2, LN_2, ConstBool, ConstInt
+from .common import INV_LOG_2, LN_2, ConstBool, ConstInt, joined
 from .step9_unmasked_loop import score_factors
 
 ZERO = ct.PaddingMode.ZERO
@@ -86,8 +87,7 @@ def ending_blocks(Cache, end, BLOCK_SIZE: ConstInt):
 def load_block_rows(Cache, BlockTable, batch, kv_head, first_key, ROWS: ConstInt,
                     TILE_D: ConstInt, BLOCK_SIZE: ConstInt):
     """ROWS keys of a paged cache from first_key on, all in one block: (ROWS, TILE_D)."""
-    block = ct.gather(BlockTable, (batch, first_key // BLOCK_SIZE))  # 0 past the table
-    block = min(max(block, 0), Cache.shape[0] - 1)
+    block = step9.block_of(Cache, BlockTable, batch, first_key // BLOCK_SIZE)
     return ct.load(Cache, index=(block, (first_key % BLOCK_SIZE) // ROWS, kv_head, 0),
                    shape=(1, ROWS, 1, TILE_D), padding_mode=ZERO,
                    latency=4).reshape((ROWS, TILE_D))
@@ -102,26 +102,11 @@ def load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N: ConstInt,
         return ct.load(Cache, index=(batch, kv_head, tile, 0), shape=(1, 1, TILE_N, TILE_D),
                        padding_mode=ZERO, latency=4).reshape((TILE_N, TILE_D))
     rows = min(TILE_N, BLOCK_SIZE)
-    first = tile * TILE_N
-    args = (Cache, BlockTable, batch, kv_head)
-    if TILE_N == rows:
-        return load_block_rows(*args, first, rows, TILE_D, BLOCK_SIZE)
-    two = ct.cat((load_block_rows(*args, first, rows, TILE_D, BLOCK_SIZE),
-                  load_block_rows(*args, first + rows, rows, TILE_D, BLOCK_SIZE)), 0)
-    if TILE_N == 2 * rows:
-        return two
-    four = ct.cat((two, ct.cat((load_block_rows(*args, first + 2 * rows, rows, TILE_D, BLOCK_SIZE),
-                                load_block_rows(*args, first + 3 * rows, rows, TILE_D,
-                                                BLOCK_SIZE)), 0)), 0)
-    if TILE_N == 4 * rows:
-        return four
-    upper = ct.cat((ct.cat((load_block_rows(*args, first + 4 * rows, rows, TILE_D, BLOCK_SIZE),
-                            load_block_rows(*args, first + 5 * rows, rows, TILE_D, BLOCK_SIZE)),
-                           0),
-                    ct.cat((load_block_rows(*args, first + 6 * rows, rows, TILE_D, BLOCK_SIZE),
-                            load_block_rows(*args, first + 7 * rows, rows, TILE_D, BLOCK_SIZE)),
-                           0)), 0)
-    return ct.cat((four, upper), 0)
+    blocks = ()
+    for b in ct.static_iter(range(TILE_N // rows)):
+        blocks += (load_block_rows(Cache, BlockTable, batch, kv_head, tile * TILE_N + b * rows,
+                                   rows, TILE_D, BLOCK_SIZE),)
+    return joined(blocks, 0)
 
 
 def load_tile_rows(Cache, BlockTable, batch, kv_head, tile, offset, ROWS: ConstInt,
@@ -216,9 +201,9 @@ def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
     tiles lo..hi-1 of one sequence's `end` keys, by step 9's key loop: the tiles from
     unmasked_lo to unmasked_hi - 1 every row sees whole. Row c is column c of the
     transposed kernel: its last key is end - q_len + c % QUERY_ROWS. K, V: the sequence's
-    keys (``sequence_keys``), or under PAGED the paged cache, whose key tiles are each in
-    one block (TILE_N divides BLOCK_SIZE), the tile that holds the last key read through
-    ``ending_blocks``."""
+    keys (``sequence_keys``), or under PAGED the paged cache, a tile one block or part of
+    one, or several blocks (step 9's BLOCK_ROWS), the tile that holds the last key read
+    through ``ending_blocks``."""
     columns = q.shape[0]
     last_key = (end - q_len + column % QUERY_ROWS)[:, None]
     m = ct.full((columns, 1), -math.inf, dtype=ct.float32)
@@ -231,15 +216,15 @@ def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
     keys = ct.arange(TILE_N, dtype=ct.int32)[None, :]
     # The masked tiles up to head_end and tail_end; under PAGED the tile past them, which
     # holds rows past the last key (none when the sequence ends on a tile boundary), after.
-    head_end, tail_end, ragged, sequence, tiles_per_block = unmasked_lo, hi, hi, 0, 0
+    head_end, tail_end, ragged, sequence, block_rows = unmasked_lo, hi, hi, 0, 0
     if PAGED:
-        ragged, sequence, tiles_per_block = end // TILE_N, batch, BLOCK_SIZE // TILE_N
+        ragged, sequence, block_rows = end // TILE_N, batch, BLOCK_SIZE
         head_end, tail_end = min(unmasked_lo, ragged), min(hi, ragged)
     # No key right of the last: the window's right side is the causal mask (or none).
-    where = (sequence, kv_head, end, last_key, keys, qk_scale_log2, TILE_D, 0, TILE_D, columns,
-             TILE_N, CAUSAL)
+    seen, scores = (sequence, kv_head, end, last_key), (qk_scale_log2, TILE_D, 0, TILE_D, columns)
+    where = seen + (keys,) + scores + (TILE_N, CAUSAL)
     variants = (False, 0, SOFTCAP, tanh_scale, WINDOW, window_left, 1 << 30, True)
-    pages = (BlockTable, tiles_per_block)
+    pages = (BlockTable, block_rows)
     m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, lo, head_end, *where, True, *variants,
                              *pages)
     m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, unmasked_lo, unmasked_hi, *where, False,
@@ -247,9 +232,19 @@ def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
     m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, unmasked_hi, tail_end, *where, True,
                              *variants, *pages)
     if PAGED:
+        # In units of a block where blocks are shorter than tiles: its whole blocks from
+        # the cache, the last through ending_blocks.
+        unit = min(TILE_N, BLOCK_SIZE)
+        units_per_tile = TILE_N // unit
+        first, last = max(lo, ragged) * units_per_tile, (max(end, 1) - 1) // unit
+        stop = min(hi * units_per_tile, ct.cdiv(end, unit))
+        where = seen + (ct.arange(unit, dtype=ct.int32)[None, :],) + scores + (unit, CAUSAL)
+        if units_per_tile > 1:
+            m, l, acc = step9.attend(Q, K, V, q, q, m, l, acc, first, min(stop, last), *where,
+                                     True, *variants, *pages)
         m, l, acc = step9.attend(Q, ending_blocks(K, end, BLOCK_SIZE),
                                  ending_blocks(V, end, BLOCK_SIZE), q, q, m, l, acc,
-                                 max(lo, ragged), hi, *where, True, *variants, *pages)
+                                 max(first, last), stop, *where, True, *variants, *pages)
     return m, l, acc
 
 
@@ -273,9 +268,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     Partial, PartialLse: (batch, kv_heads, splits, M, D) and (.., M) float32 with M =
     GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT); Sinks: (heads,)
     float32 under SINKS. QUERIES_ON_M: the columns are the products' M side, S = Q K^T,
-    and the key loop is step 9's (``attend_rows``); paged, only with tiles of at most a
-    block and keys from 0 (not HAS_STARTS: a block's rows before a sequence's first key
-    would be read as keys)."""
+    and the key loop is step 9's (``attend_rows``); paged, only with keys from 0 (not
+    HAS_STARTS: a block's rows before a sequence's first key would be read as keys)."""
     split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if SPLIT:  # the merge's CTAs may start now, and wait on the GPU for this grid's end
         ct.grid_dependency_control_launch_dependents()

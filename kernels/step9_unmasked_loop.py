@@ -18,7 +18,7 @@ import math
 import cuda.tile as ct
 
 from ..platforms import occupancy_by_target, worker_warps_by_target
-from .common import (INV_LOG_2, LN_2, ConstBool, ConstInt, exp2_split,
+from .common import (INV_LOG_2, LN_2, ConstBool, ConstInt, exp2_split, joined,
                      query_tiles_longest_first)
 
 
@@ -27,7 +27,7 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
            TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
            MASKED: ConstBool, FP8: ConstBool, FMA_EXP2: ConstInt, SOFTCAP: ConstBool,
            tanh_scale, WINDOW: ConstBool, window_left, window_right,
-           ROWS_MAY_SEE_NOTHING: ConstBool, BlockTable, TILES_PER_BLOCK: ConstInt):
+           ROWS_MAY_SEE_NOTHING: ConstBool, BlockTable, BLOCK_ROWS: ConstInt):
     """Key tiles first_tile..end_tile-1 into the running (m_i, l_i, acc); with MASKED, past
     the causal diagonal, the last key and the window are masked. FP8: V is stored
     transposed (see kernels/fp8.py). FMA_EXP2: one exponential in FMA_EXP2 of the
@@ -37,24 +37,42 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
     TILE_D_TAIL: Q's and K's columns past TILE_D (q_tail), a product of their own
     (``attend_query_tile``). ROWS_MAY_SEE_NOTHING: a masked tile may be the first a row
     sees and hold none of its keys (a window's edge; a split of the decode kernel).
-    TILES_PER_BLOCK (0: K and V are (batch, heads, keys, D)): K and V are a paged cache
-    (blocks, block_size, heads, D) of TILES_PER_BLOCK key tiles a block, and sequence
-    `batch`'s tile j is in block BlockTable[batch, j // TILES_PER_BLOCK] (the decode
-    kernel's; not with FP8, whose V is stored transposed)."""
+    BLOCK_ROWS (0: K and V are (batch, heads, keys, D)): K and V are a paged cache
+    (blocks, BLOCK_ROWS, heads, D), and sequence `batch`'s key k is in block
+    BlockTable[batch, k // BLOCK_ROWS] (the decode kernel's; not with FP8, whose V is
+    stored transposed): a tile of a block or less is one load, a tile of several blocks
+    one load and one product per block."""
     k_order, v_order = (0, 1, 3, 2), (0, 1, 2, 3)  # as (batch, heads, D, keys), (.., keys, D)
-    if TILES_PER_BLOCK > 0:
+    if BLOCK_ROWS > 0:
         k_order, v_order = (0, 2, 3, 1), (0, 2, 1, 3)
+    # A tile of several blocks: a product per block on its own TMA load, the scores
+    # joined (joining the keys went through registers: kernels/decode.py's ``attend``).
+    TILES_PER_BLOCK = BLOCK_ROWS // TILE_N
+    BLOCKS_PER_TILE = TILE_N // BLOCK_ROWS if 0 < BLOCK_ROWS < TILE_N else 0
     for j in range(first_tile, end_tile):
         sequence, tile = batch, j
         if TILES_PER_BLOCK > 0:
-            sequence = ct.gather(BlockTable, (batch, j // TILES_PER_BLOCK))  # 0 past the table
-            sequence, tile = min(max(sequence, 0), K.shape[0] - 1), j % TILES_PER_BLOCK
-        k_t = ct.load(K, index=(sequence, kv_head, 0, tile), shape=(1, 1, TILE_D, TILE_N),
-                      order=k_order, padding_mode=ct.PaddingMode.ZERO,
-                      latency=2).reshape((TILE_D, TILE_N))
-        # FP8: both products accumulate in the tensor cores (fast accumulation, see
-        # kernels/fp8.py), as the bfloat16 ones do.
-        qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32), use_fast_acc=FP8)
+            sequence = block_of(K, BlockTable, batch, j // TILES_PER_BLOCK)
+            tile = j % TILES_PER_BLOCK
+        if BLOCKS_PER_TILE > 0:
+            blocks, scores = (), ()
+            for b in ct.static_iter(range(BLOCKS_PER_TILE)):
+                blocks += (block_of(K, BlockTable, batch, j * BLOCKS_PER_TILE + b),)
+                k_b = ct.load(K, index=(blocks[b], kv_head, 0, 0),
+                              shape=(1, 1, TILE_D, BLOCK_ROWS), order=k_order,
+                              padding_mode=ct.PaddingMode.ZERO,
+                              latency=2).reshape((TILE_D, BLOCK_ROWS))
+                scores += (ct.mma(q, k_b, ct.full((TILE_M, BLOCK_ROWS), 0.0,
+                                                  dtype=ct.float32)),)
+            qk = joined(scores, 1)
+        else:
+            k_t = ct.load(K, index=(sequence, kv_head, 0, tile), shape=(1, 1, TILE_D, TILE_N),
+                          order=k_order, padding_mode=ct.PaddingMode.ZERO,
+                          latency=2).reshape((TILE_D, TILE_N))
+            # FP8: both products accumulate in the tensor cores (fast accumulation, see
+            # kernels/fp8.py), as the bfloat16 ones do.
+            qk = ct.mma(q, k_t, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32),
+                        use_fast_acc=FP8)
         if TILE_D_TAIL > 0:
             k_tail = ct.load(K, index=(sequence, kv_head, TILE_D // TILE_D_TAIL, tile),
                              shape=(1, 1, TILE_D_TAIL, TILE_N), order=k_order,
@@ -92,15 +110,25 @@ def attend(Q, K, V, q, q_tail, m_i, l_i, acc, first_tile, end_tile, batch, kv_he
         acc = acc * alpha
 
         # Zero padding: rows past the last key must add 0 * 0, not 0 * garbage.
-        if FP8:
-            v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_DV),
-                        order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
-                        latency=4).reshape((TILE_N, TILE_DV))
+        if BLOCKS_PER_TILE > 0:
+            p = p.astype(Q.dtype)
+            for b in ct.static_iter(range(BLOCKS_PER_TILE)):
+                v = ct.load(V, index=(blocks[b], kv_head, 0, 0),
+                            shape=(1, 1, BLOCK_ROWS, TILE_DV), order=v_order,
+                            padding_mode=ct.PaddingMode.ZERO,
+                            latency=4).reshape((BLOCK_ROWS, TILE_DV))
+                acc = ct.mma(ct.extract(p, (0, b), (TILE_M, BLOCK_ROWS)), v, acc)
         else:
-            v = ct.load(V, index=(sequence, kv_head, tile, 0), shape=(1, 1, TILE_N, TILE_DV),
-                        order=v_order, padding_mode=ct.PaddingMode.ZERO,
-                        latency=4).reshape((TILE_N, TILE_DV))
-        acc = ct.mma(p.astype(Q.dtype), v, acc, use_fast_acc=FP8)
+            if FP8:
+                v = ct.load(V, index=(batch, kv_head, j, 0), shape=(1, 1, TILE_N, TILE_DV),
+                            order=(0, 1, 3, 2), padding_mode=ct.PaddingMode.ZERO,
+                            latency=4).reshape((TILE_N, TILE_DV))
+            else:
+                v = ct.load(V, index=(sequence, kv_head, tile, 0),
+                            shape=(1, 1, TILE_N, TILE_DV), order=v_order,
+                            padding_mode=ct.PaddingMode.ZERO,
+                            latency=4).reshape((TILE_N, TILE_DV))
+            acc = ct.mma(p.astype(Q.dtype), v, acc, use_fast_acc=FP8)
         m_i = m_ij
     return m_i, l_i, acc
 
@@ -198,6 +226,12 @@ def attend_query_tile(Q, K, V, Out, Lse, batch, head, q_tile, qk_scale, query_of
             if not SINKS:  # with sinks the row's LSE is its sink's
                 lse = ct.where(sees_a_key, lse, -math.inf)
         ct.store(Lse, index=(batch, head, q_tile), tile=lse.reshape((1, 1, TILE_M)))
+
+
+def block_of(K, BlockTable, batch, index):
+    """Block `index` of sequence `batch` in a paged cache K, clamped to the cache (the table
+    holds 0 past its end)."""
+    return min(max(ct.gather(BlockTable, (batch, index)), 0), K.shape[0] - 1)
 
 
 def score_factors(qk_scale, SOFTCAP: ConstBool, softcap):

@@ -145,13 +145,14 @@ class DecodeLaunch:
     # 2026-11-27: docs/performance.md, "Speculative decoding").
     rows_columns: int | None = None
     # A paged cache in blocks of at least this many keys (None: never; a power of two from
-    # 16, the least block size) runs so too, in tiles of at most a block, its keys from
-    # the first (no left padding: a block's rows before a sequence would count as keys).
-    # At 64 and 128 columns it took 0.42-0.93x the time of the transposed products in
-    # blocks of 64-256, and 1.00-1.08x the dense cache's (1.12x at D=64 in blocks of 64);
-    # in blocks of 16 and 32, tiles of one block, 0.51-0.86x the transposed time and
-    # 1.04-2.32x the dense cache's (D 64-256, H100, 2026-11-27: docs/performance.md,
-    # "Speculative decoding").
+    # 16, the least block size) runs so too, at `tile_n`, its keys from the first (no left
+    # padding: a block's rows before a sequence would count as keys); a tile of several
+    # blocks is a load and a product per block. At 64 and 128 columns it took 0.42-0.93x
+    # the time of the transposed products in blocks of 64-256; in blocks of 16 and 32,
+    # tiles of one block took 0.51-0.86x, and these tiles 0.67-0.98x that again. Against
+    # the dense cache: blocks of 64-256 1.00-1.06x (1.13x at D=64, 128 columns), 32
+    # 1.02-1.05x, 16 1.03-1.33x (1.32-1.57x at D=64) (D 64-256, H100, 2026-11-27:
+    # docs/performance.md, "Speculative decoding").
     rows_block_size: int | None = None
 
     def __post_init__(self):
@@ -185,8 +186,7 @@ class DecodeLaunch:
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         own = {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
         if self.queries_on_m(columns, block_size, has_starts):
-            return True, min(self.tile_n, block_size or self.tile_n), \
-                wide if columns >= self.wide_columns else own
+            return True, self.tile_n, wide if columns >= self.wide_columns else own
         if columns >= self.wide_columns:
             return False, self.tile_n, wide
         if self.one_wave_columns is not None and columns >= self.one_wave_columns and \

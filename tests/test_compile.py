@@ -173,7 +173,8 @@ DECODE_VARIANTS = [dict(block_size=None, splits=1, q_len=1),
                    dict(block_size=16, splits=4, q_len=4, causal=True, write_lse=True),
                    dict(block_size=None, splits=8, q_len=2, has_starts=True, causal=True),
                    dict(block_size=256, splits=1, q_len=1, write_lse=True),
-                   dict(block_size=64, splits=2, q_len=16, causal=True),  # paged, M side
+                   # paged, on the M side, 4 or 8 blocks a tile
+                   dict(block_size=16, splits=2, q_len=16, causal=True),
                    dict(block_size=64, splits=4, q_len=2, causal=True,
                         variants=Variants(window=(256, 0), softcap=30.0, sinks=True))]
 

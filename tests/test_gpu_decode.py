@@ -147,17 +147,18 @@ def test_paged_cache_at_d64_on_one_wave_matches_the_reference(block_size, splits
 
 
 @pytest.mark.parametrize("head_dim", [64, 256])
-@pytest.mark.parametrize("block_size", [16, 64, 128, 256])
+@pytest.mark.parametrize("block_size", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("q_len", [16, 32])
 def test_paged_cache_with_the_columns_on_m_matches_the_reference(head_dim, block_size, splits,
                                                                  q_len):
-    """64 and 128 columns on a paged cache run on the products' M side, in tiles of at most
-    a block: sequences that end inside a tile, on a tile but not a block boundary (640 in
-    blocks of 256), on a block boundary (512), and of 0 and 1 keys, whose last blocks hold
-    NaN past them."""
+    """64 and 128 columns on a paged cache run on the products' M side, in tiles of part of
+    a block or of several blocks: sequences that end inside a tile, on a tile but not a
+    block boundary (640 in blocks of 256), on a block boundary inside a tile (1056 in
+    blocks of 16 and 32) and on one (512), and of 0 and 1 keys, whose last blocks hold NaN
+    past them."""
     check_paged_cache(block_size, splits, q_len, True, head_dim=head_dim,
-                      ends=[1100, 0, 1, 517, 640, 512])
+                      ends=[1100, 0, 1, 517, 640, 512, 1056])
 
 
 def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends):

@@ -177,8 +177,8 @@ def test_the_one_wave_launch_takes_a_tile_per_column_count(q_len, keys, block_si
 @pytest.mark.parametrize("q_len,block_size,has_starts,rows,tile_n,wide", [
     (16, None, False, True, 128, False),  # 64 columns, dense: on the M side, own hints
     (32, None, True, True, 128, True),  # 128 columns: at the wide launch's
-    (16, 64, False, True, 64, False), (32, 256, False, True, 128, True),  # paged: tile <= block
-    (32, 128, False, True, 128, True),
+    (16, 64, False, True, 128, False),  # paged: at tile_n, two blocks a tile here
+    (32, 256, False, True, 128, True), (32, 128, False, True, 128, True),
     (16, 32, False, False, 128, True), (32, 16, False, False, 128, True),  # blocks under 64
     (16, 64, True, False, 128, True),  # left padding in a paged cache: transposed
     (8, None, False, False, 64, True), (8, 256, False, False, 64, True),  # 32 columns
@@ -188,8 +188,8 @@ def test_caches_take_64_columns_and_more_on_the_products_m_side(q_len, block_siz
     """From rows_columns columns a dense cache's plan puts the columns on the M side
     (QUERIES_ON_M) at tile_n and the launch's own hints below wide_columns, the wide ones
     from there, on one wave or not; so does a paged cache of blocks of rows_block_size
-    keys and more, in tiles of at most a block, unless its keys start per sequence; other
-    paged caches keep the transposed products."""
+    keys and more, at tile_n too, unless its keys start per sequence; other paged caches
+    keep the transposed products."""
     launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
                           min_keys_per_split=256, one_wave_columns=32, one_wave_tiles=(64,),
                           one_wave_keys=1024, rows_columns=64, rows_block_size=64)
