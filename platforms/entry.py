@@ -154,6 +154,15 @@ class DecodeLaunch:
     # 1.02-1.05x, 16 1.03-1.33x (1.32-1.57x at D=64) (D 64-256, H100, 2026-11-27:
     # docs/performance.md, "Speculative decoding").
     rows_block_size: int | None = None
+    # From this many columns (None: never; a power of two below `rows_columns`) up to
+    # `rows_columns`, a launch pads its query rows to `rows_columns` columns where those
+    # run on the M side: 8 new tokens at 4 query heads a K/V head are read as 16. The
+    # padded rows gather zeros and write nothing; the cache is read once either way. At 32
+    # columns it took 0.77-0.98x the transposed products' time from batch 16 or 32k keys
+    # (D 64-128; dense 16 x 32k at 93% of the peak, paged in blocks of 16 at 89.5%), 1.03x
+    # at batch 1 x 4k (0.4 us) and 0.995-1.008x at D=256 and batch 64 (H100, 2026-11-27:
+    # docs/performance.md, "Speculative decoding").
+    rows_padded_columns: int | None = None
 
     def __post_init__(self):
         if self.one_wave_columns is not None and not is_power_of_two(self.one_wave_columns):
@@ -170,6 +179,12 @@ class DecodeLaunch:
                                                   self.rows_columns >= 64):
             raise ValueError(f"rows_columns must be None or a power of two from 64 (a "
                              f"warpgroup product's rows), got {self.rows_columns!r}")
+        if self.rows_padded_columns is not None and not (
+                is_power_of_two(self.rows_padded_columns) and self.rows_columns is not None and
+                self.rows_padded_columns < self.rows_columns):
+            raise ValueError(f"rows_padded_columns must be None or a power of two below "
+                             f"rows_columns ({self.rows_columns!r}), got "
+                             f"{self.rows_padded_columns!r}")
         if self.rows_block_size is not None and not (is_power_of_two(self.rows_block_size) and
                                                      self.rows_block_size >= 16):
             raise ValueError(f"rows_block_size must be None or a power of two from 16 (keys a "
@@ -197,6 +212,19 @@ class DecodeLaunch:
             if block_size is None or tile_n <= self.one_wave_blocks * block_size:
                 return False, tile_n, wide
         return False, self.tile_n, own
+
+    def query_rows(self, group_tile: int, query_rows: int, block_size: int | None,
+                   has_starts: bool) -> int:
+        """The query rows of a launch of `group_tile` heads a K/V head and `query_rows` rows
+        (powers of two) over a cache in blocks of `block_size` keys (None: dense), with
+        keys from a per-sequence start or not: `query_rows`, or more to reach
+        `rows_columns` columns (see `rows_padded_columns`)."""
+        columns = group_tile * query_rows
+        if self.rows_padded_columns is None or \
+                not self.rows_padded_columns <= columns < self.rows_columns or \
+                not self.queries_on_m(self.rows_columns, block_size, has_starts):
+            return query_rows
+        return self.rows_columns // group_tile
 
     def queries_on_m(self, columns: int, block_size: int | None,
                      has_starts: bool = False) -> bool:
@@ -230,12 +258,14 @@ class DecodeLaunch:
 # its launches take from here.
 DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                  one_wave_tiles=(256, 256), one_wave_keys=2048,
-                                 one_wave_blocks=1, rows_columns=64, rows_block_size=16),
+                                 one_wave_blocks=1, rows_columns=64, rows_block_size=16,
+                                 rows_padded_columns=32),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                   one_wave_tiles=(64,), one_wave_keys=1024, rows_columns=64,
-                                  rows_block_size=16),
+                                  rows_block_size=16, rows_padded_columns=32),
                 256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32,
-                                  one_wave_tiles=(64,), rows_columns=64, rows_block_size=16)}
+                                  one_wave_tiles=(64,), rows_columns=64, rows_block_size=16,
+                                  rows_padded_columns=32)}
 
 
 @dataclass(frozen=True)

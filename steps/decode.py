@@ -122,6 +122,7 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     GPU with `sms` SMs; `early_merge`: see DecodePlan."""
     group_tile = power_of_two_at_least(shape.group)
     query_rows = max(power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
+    query_rows = launch.query_rows(group_tile, query_rows, shape.block_size, shape.has_starts)
     splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
                                                sms)
     columns = group_tile * query_rows

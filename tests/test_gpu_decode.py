@@ -6,6 +6,7 @@ block; dense caches hold NaN outside each sequence and paged caches come with sh
 block tables whose entries past a sequence's end are garbage, so a key read or counted
 outside its sequence fails. Every split count runs, and a CUDA graph replays a call."""
 
+import dataclasses
 import gc
 import math
 import weakref
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from cutile_fmha import attention_with_kvcache
+from cutile_fmha.platforms import entry_for
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -138,12 +140,18 @@ def test_paged_cache_matches_the_reference(block_size, splits, q_len, causal):
 
 @pytest.mark.parametrize("block_size", [16, 32, 64, 256])
 @pytest.mark.parametrize("splits", [1, 2])
-@pytest.mark.parametrize("q_len", [8, 16])
-def test_paged_cache_at_d64_on_one_wave_matches_the_reference(block_size, splits, q_len):
-    """32 and 64 columns at D=64 with splits of 2048 keys and more: blocks of 256 take the
-    one-wave launch's 256-key tiles (DecodeLaunch.one_wave_tiles), smaller ones the
-    table's launch (DecodeLaunch.one_wave_blocks)."""
-    check_paged_cache(block_size, splits, q_len, True, head_dim=64, ends=[4352, 0, 2049, 3001])
+def test_paged_cache_at_d64_on_one_wave_matches_the_reference(block_size, splits, monkeypatch):
+    """32 columns at D=64, not padded to 64 (as with cache_leftpad), with splits of 2048
+    keys and more: blocks of 256 take the one-wave launch's 256-key tiles
+    (DecodeLaunch.one_wave_tiles), smaller ones the table's launch (one_wave_blocks)."""
+    from cutile_fmha.steps import decode
+    from cutile_fmha.steps.launcher import device_facts
+
+    decode_launches = entry_for(device_facts(torch.device("cuda"))[0]).decode
+    monkeypatch.setitem(decode_launches, 64,
+                        dataclasses.replace(decode_launches[64], rows_padded_columns=None))
+    monkeypatch.setattr(decode, "_PLANS", {})
+    check_paged_cache(block_size, splits, 8, True, head_dim=64, ends=[4352, 0, 2049, 3001])
 
 
 @pytest.mark.parametrize("head_dim", [64, 256])

@@ -3,12 +3,14 @@ needs no look at a device tensor's values comes before the device check. Lengths
 cache and block numbers outside it cannot be seen without one; the kernel clamps them
 (tests/test_gpu_decode.py: garbage block table entries past a sequence's end)."""
 
+import dataclasses
 import functools
+
 import pytest
 import torch
 
 from cutile_fmha import attention_with_kvcache
-from cutile_fmha.platforms import DecodeLaunch
+from cutile_fmha.platforms import DecodeLaunch, entry_for
 
 
 def dense(batch=2, heads=8, kv_heads=2, q_len=1, head_dim=64, capacity=100,
@@ -201,6 +203,30 @@ def test_caches_take_64_columns_and_more_on_the_products_m_side(q_len, block_siz
         is rows
 
 
+@pytest.mark.parametrize("group,q_len,block_size,has_starts,query_rows", [
+    (4, 8, None, False, 16), (8, 4, 16, False, 8), (1, 32, 64, False, 64),  # 32 columns: 64
+    (4, 5, None, True, 16),  # left padding in a dense cache: still its own keys
+    (4, 8, 16, True, 8),  # left padding in a paged cache: transposed, not padded
+    (4, 8, 8, False, 8),  # blocks under rows_block_size: transposed, not padded
+    (4, 4, None, False, 4), (4, 16, None, False, 16),  # 16 columns, and 64 as they are
+])
+def test_32_columns_are_padded_to_64_where_64_run_on_the_m_side(group, q_len, block_size,
+                                                                has_starts, query_rows):
+    """From rows_padded_columns columns up to rows_columns a plan pads its query rows to
+    rows_columns columns where those run on the M side; elsewhere it keeps them."""
+    from cutile_fmha.steps import decode
+
+    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
+                          min_keys_per_split=256, one_wave_columns=32, one_wave_tiles=(64,),
+                          one_wave_keys=1024, rows_columns=64, rows_block_size=16,
+                          rows_padded_columns=32)
+    shape = decode_shape(4096, group=group, q_len=q_len, batch=16, block_size=block_size,
+                         has_starts=has_starts)
+    constants = decode.decode_plan(shape, launch, sms=132, device=None).constants
+    assert constants["QUERY_ROWS"] == query_rows
+    assert constants["QUERIES_ON_M"] is (group * query_rows >= 64)
+
+
 def assert_launch(launch, shape, tile_n: int, wide: bool) -> None:
     """`launch`'s plan of `shape` (on 132 SMs) has tiles of `tile_n` keys, at the wide
     launch's hints or, where not `wide`, at its own."""
@@ -284,8 +310,10 @@ def test_a_growing_cache_shares_one_plan_per_split_count(monkeypatch):
     short = decode._cached_plan(decode_shape(1024), device, None)  # fewer splits: its own
     assert short.split_buffer_shape[2] < plans[0].split_buffer_shape[2]
     assert decode._cached_plan(decode_shape(4096, num_splits=16), device, None) is plans[0]
-    # at 32 columns, one plan each side of the one-wave launch's 16 x 1024 keys (D=128)
-    wide = [decode._cached_plan(decode_shape(n, q_len=8), device, None)
+    # at 32 columns left transposed, one plan each side of the one-wave launch's 16 x 1024
+    # keys (D=128)
+    transposed = dataclasses.replace(entry_for("sm_90").decode[128], rows_padded_columns=None)
+    wide = [decode._cached_plan(decode_shape(n, q_len=8), device, transposed)
             for n in (4096, 16383, 16384, 20000)]
     assert wide[0] is wide[1] and wide[2] is wide[3]
     assert [plan.constants["TILE_N"] for plan in wide] == [128, 128, 64, 64]
