@@ -304,12 +304,13 @@ def reference_with_variants(query, keys, values, starts, ends, causal, scale, wi
 
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("splits", [1, 4, None])
-@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False), (16, True)])
+@pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False), (8, True),
+                                          (16, True)])
 def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, causal):
     """The decode kernel with a window of 300 keys, softcap and sinks, dense (NaN outside
     each sequence, left padding) and paged (shuffled blocks), split or not, against
     float64: lengths 0, 1, shorter and longer than the window; 16 new tokens are 64
-    columns, on a dense cache the products' M side."""
+    columns, on a dense cache the products' M side, and 8 are 32, padded to 64 there."""
     batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
     dtype = torch.bfloat16
     generator = torch.Generator(device="cuda").manual_seed(q_len + 10 * paged)
