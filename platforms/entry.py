@@ -117,10 +117,11 @@ class DecodeLaunch:
     wide_occupancy: int = 1
     wide_worker_warps: int | None = 8
     # From this many columns (8 new tokens at 4 query heads a K/V head, 4 at 8; None:
-    # never; a power of two) up to `wide_columns`, a grid of at most one CTA per SM whose
-    # splits have at least `one_wave_keys` keys of the cache's capacity takes the wide
-    # launch too, with tiles of `one_wave_tiles` keys: at this many columns, twice as many,
-    # ... (tile_n past the tuple's end). At D=128 and 256 it spills nothing where the
+    # never; a power of two) up to `wide_columns`, where the products stay transposed
+    # (paged caches with left padding, see `rows_padded_columns`), a grid of at most one
+    # CTA per SM whose splits have at least `one_wave_keys` keys of the cache's capacity
+    # takes the wide launch too, with tiles of `one_wave_tiles` keys: at this many
+    # columns, twice as many, ... (tile_n past the tuple's end). At D=128 and 256 it spills nothing where the
     # table's launch spilled 8-416 bytes or had no producer warp (sm_90). At one wave it
     # took 0.60-0.96x the table's time at 32 columns and 0.59-0.88x at 64 (but 0.99-1.03x
     # at D=128 unsplit); at D=128 1.06-1.18x with splits of 512 keys and fewer (twice the
