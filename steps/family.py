@@ -447,7 +447,7 @@ def packed(family: KernelFamily) -> KernelFamily:
 # PartialLse, (batch, kv_heads, splits, GROUP_TILE * QUERY_ROWS[, D]) float32, and
 # MERGE_SPLITS writes Out and Lse from them: one CTA per query row of each head. Both
 # grids come from the launch's sizes (batch, kv_heads, q_len, splits), not its tensors.
-# QUERIES_ON_M (dense caches only): the products take the columns as their M side.
+# QUERIES_ON_M: the products take the columns as their M side (DecodeLaunch.choose).
 _CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False, read_when=switch)
                       for name, switch in (("KeyStarts", "HAS_STARTS"),
                                            ("KeyEnds", "HAS_LENGTHS"))) + \
