@@ -164,6 +164,13 @@ class DecodeLaunch:
     # at batch 1 x 4k (0.4 us) and 0.995-1.008x at D=256 and batch 64 (H100, 2026-11-27:
     # docs/performance.md, "Speculative decoding").
     rows_padded_columns: int | None = None
+    # A paged cache on the M side at `wide_columns` columns and more takes tiles of at most
+    # this many blocks (None: `tile_n`'s, up to 8 blocks of 16). At 128 columns in blocks of
+    # 16, 64-key tiles of 4 blocks took 0.93-0.99x the time of 128-key tiles of 8 (D 64 and
+    # 128; the most, 0.93-0.96x, at batch 1), and spill nothing where 8 blocks spilled 8-24
+    # bytes in the producer warp (H100, 2026-11-27: docs/performance.md, "Speculative
+    # decoding"). Below `wide_columns` tiles of 8 blocks were the fastest.
+    rows_wide_blocks: int | None = None
 
     def __post_init__(self):
         if self.one_wave_columns is not None and not is_power_of_two(self.one_wave_columns):
@@ -186,6 +193,10 @@ class DecodeLaunch:
             raise ValueError(f"rows_padded_columns must be None or a power of two below "
                              f"rows_columns ({self.rows_columns!r}), got "
                              f"{self.rows_padded_columns!r}")
+        if self.rows_wide_blocks is not None and not (isinstance(self.rows_wide_blocks, int) and
+                                                      self.rows_wide_blocks >= 1):
+            raise ValueError(f"rows_wide_blocks must be None or a positive int (blocks a tile "
+                             f"spans), got {self.rows_wide_blocks!r}")
         if self.rows_block_size is not None and not (is_power_of_two(self.rows_block_size) and
                                                      self.rows_block_size >= 16):
             raise ValueError(f"rows_block_size must be None or a power of two from 16 (keys a "
@@ -202,7 +213,12 @@ class DecodeLaunch:
         wide = {"occupancy": self.wide_occupancy, "num_worker_warps": self.wide_worker_warps}
         own = {"occupancy": self.occupancy, "num_worker_warps": self.num_worker_warps}
         if self.queries_on_m(columns, block_size, has_starts):
-            return True, self.tile_n, wide if columns >= self.wide_columns else own
+            if columns < self.wide_columns:
+                return True, self.tile_n, own
+            tile_n = self.tile_n
+            if block_size is not None and self.rows_wide_blocks is not None:
+                tile_n = min(tile_n, self.rows_wide_blocks * block_size)
+            return True, tile_n, wide
         if columns >= self.wide_columns:
             return False, self.tile_n, wide
         if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
@@ -260,13 +276,14 @@ class DecodeLaunch:
 DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                  one_wave_tiles=(256, 256), one_wave_keys=2048,
                                  one_wave_blocks=1, rows_columns=64, rows_block_size=16,
-                                 rows_padded_columns=32),
+                                 rows_padded_columns=32, rows_wide_blocks=4),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                   one_wave_tiles=(64,), one_wave_keys=1024, rows_columns=64,
-                                  rows_block_size=16, rows_padded_columns=32),
+                                  rows_block_size=16, rows_padded_columns=32,
+                                  rows_wide_blocks=4),
                 256: DecodeLaunch(64, 2, None, 1, 256, one_wave_columns=32,
                                   one_wave_tiles=(64,), rows_columns=64, rows_block_size=16,
-                                  rows_padded_columns=32)}
+                                  rows_padded_columns=32, rows_wide_blocks=4)}
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,21 @@ def test_caches_take_64_columns_and_more_on_the_products_m_side(q_len, block_siz
         is rows
 
 
+@pytest.mark.parametrize("q_len,block_size,tile_n", [
+    (32, 16, 64), (32, 32, 128), (32, 64, 128),  # 128 columns: at most 4 blocks a tile
+    (32, None, 128),  # a dense cache: tile_n
+    (16, 16, 128),  # 64 columns: tile_n, 8 blocks
+])
+def test_wide_paged_tiles_span_at_most_rows_wide_blocks(q_len, block_size, tile_n):
+    """On the M side from wide_columns columns a paged cache's tiles span at most
+    rows_wide_blocks blocks; below, and in a dense cache, they are tile_n keys."""
+    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
+                          min_keys_per_split=256, rows_columns=64, rows_block_size=16,
+                          rows_wide_blocks=4)
+    assert_launch(launch, decode_shape(4096, q_len=q_len, batch=16, block_size=block_size),
+                  tile_n, q_len == 32)
+
+
 @pytest.mark.parametrize("group,q_len,block_size,has_starts,query_rows", [
     (4, 8, None, False, 16), (8, 4, 16, False, 8), (1, 32, 64, False, 64),  # 32 columns: 64
     (4, 5, None, True, 16),  # left padding in a dense cache: still its own keys
