@@ -116,7 +116,7 @@ class DecodeLaunch:
     wide_columns: int = 128
     wide_occupancy: int = 1
     wide_worker_warps: int | None = 8
-    # From this many columns (8 new tokens at 4 query heads a K/V head, 4 at 8; None:
+    # From this many columns (32: 8 new tokens at 4 query heads a K/V head, 4 at 8; None:
     # never; a power of two) up to `wide_columns`, where the products stay transposed
     # (paged caches with left padding, see `rows_padded_columns`), a grid of at most one
     # CTA per SM whose splits have at least `one_wave_keys` keys of the cache's capacity
@@ -129,7 +129,9 @@ class DecodeLaunch:
     # 0.96x), and at D=64 1.13-1.25x on the table's tiles, 0.85-0.96x on 256-key ones from
     # splits of 2048 keys and 1.04-1.42x with splits of 512 keys and fewer (H200 and H100;
     # the H100 took 1.01-1.03x at D=128 and 32 columns; 2026-11-27: docs/performance.md,
-    # "Speculative decoding").
+    # "Speculative decoding"). At D=64 it serves 16 columns too (4 new tokens at 4 query
+    # heads a K/V head): 0.87-0.95x the table's time at one wave, batch 1-16 (H100); at 8
+    # columns the wide launch spills 1.2 KB and took 1.7-13x.
     one_wave_columns: int | None = None
     one_wave_tiles: tuple[int, ...] = ()
     one_wave_keys: int = 0
@@ -273,8 +275,8 @@ class DecodeLaunch:
 # tiles of 128 keys (64 at D=256, where a K or V tile is as many bytes), two CTAs per SM,
 # splits up to one CTA per SM. What the autotuner does not search (the one-wave launch)
 # its launches take from here.
-DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
-                                 one_wave_tiles=(256, 256), one_wave_keys=2048,
+DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=16,
+                                 one_wave_tiles=(256, 256, 256), one_wave_keys=2048,
                                  one_wave_blocks=1, rows_columns=64, rows_block_size=16,
                                  rows_padded_columns=32, rows_wide_blocks=4),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,

@@ -99,7 +99,10 @@ CASES = [
     # 64 columns (on a dense cache: the M side at the launch's own hints)
     (2, 32, 8, 16, 128, 2100, (2100, 40), False),
     (2, 32, 8, 16, 256, 800, (800, 123), True),
-    # D=64 on 256-key tiles at 32 and 64 columns (unsplit only here: splits of 2048 keys)
+    # D=64 on 256-key tiles at 16, 32 and 64 columns (unsplit only here: splits of 2048
+    # keys), 16 columns with the transposed products
+    (2, 32, 8, 4, 64, 2300, (2300, 5), True),
+    (2, 64, 8, 2, 64, 4100, (4100, 2049), False),
     (2, 32, 8, 8, 64, 2300, (2300, 1), True),
     (2, 32, 8, 16, 64, 4100, (4100, 517), False),
 ]

@@ -431,18 +431,29 @@ def test_paged_tiles_of_two_blocks_multiply_from_shared_memory_as_a_dense_cache_
 
 
 @pytest.mark.parametrize("head_dim,q_len,splits,block_size", [
-    (128, 8, 4, None), (256, 8, 1, None), (64, 8, 1, None),  # 32 columns
-    (128, 16, 1, 64), (256, 16, 4, 64), (64, 16, 4, 256)])  # 64 columns, paged
-def test_decode_on_one_wave_of_32_or_64_columns_spills_nothing_with_a_producer_warp(
+    (128, 8, 4, 64), (256, 8, 1, 64), (64, 8, 1, 256),  # 32 columns
+    (64, 4, 1, None), (64, 4, 4, None),  # 16 columns at D=64
+    (128, 16, 1, 64), (256, 16, 4, 64), (64, 16, 4, 256)])  # 64 columns
+def test_decode_on_one_wave_of_16_to_64_columns_spills_nothing_with_a_producer_warp(
         head_dim, q_len, splits, block_size):
-    """At 32 and 64 columns (8 and 16 new tokens at 4 query heads a K/V head; 64 on a
-    paged cache, as a dense one takes them on the products' M side) a grid of one wave
+    """At 32 and 64 columns (8 and 16 new tokens at 4 query heads a K/V head; on a paged
+    cache with left padding, as elsewhere 32 columns are padded to 64 and 64 run on the
+    products' M side), and at 16 at D=64, a grid of one wave
     takes one CTA per SM and eight worker warps (DecodeLaunch.one_wave_columns), where two
     CTAs per SM spilled 16-416 bytes or lost the producer warp (at D=64 it takes 256-key
     tiles, which spilled 16-512 bytes at two CTAs per SM): no spill, and a producer warp
     (USETMAXREG: it hands its registers to the consumers)."""
+    from cutile_fmha.steps.decode import DecodeShape, decode_plan
+
+    shape = DecodeShape(batch=1, head_dim=head_dim, kv_heads=8, group=4, q_len=q_len,
+                        capacity=splits * 4096, block_size=block_size, causal=True,
+                        has_starts=True, has_lengths=True, write_lse=False, num_splits=splits)
+    plan = decode_plan(shape, entry_for("sm_90").decode[head_dim], sms=132, device=None)
+    assert plan.hints == {"occupancy": 1, "num_worker_warps": 8}
+    assert not plan.constants["QUERIES_ON_M"]
     cubin = compile_decode("sm_90", dtype="bfloat16", head_dim=head_dim, q_len=q_len,
-                           causal=True, splits=splits, block_size=block_size)[0]
+                           causal=True, has_starts=True, splits=splits,
+                           block_size=block_size)[0]
     code = sass(cubin)
     assert_no_spills(resource_usage(cubin), code)
     assert "USETMAXREG" in code
