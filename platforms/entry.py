@@ -139,6 +139,14 @@ class DecodeLaunch:
     # (8: as many as any tile may, steps/decode.py; D=64's 256-key tiles over 2-8 blocks
     # took 1.09-1.42x the table's time, H100).
     one_wave_blocks: int = 8
+    # Where the one-wave launch would take a paged cache's grid but for its blocks (above),
+    # the split rule aims at this many CTAs per SM instead of `ctas_per_sm` (None: the
+    # same): the table's launch on one CTA per SM keeps too few loads in flight there. At
+    # D=64 in blocks of 16 and 32, twice the splits took 0.73-0.94x the time at 16 columns
+    # and 0.70-0.78x at 32 with left padding (but 1.07x at batch 16 x 4k), the one-wave
+    # launch on 128-key tiles of 8 blocks 1.52-1.77x (H100, 2026-11-27:
+    # docs/performance.md, "Speculative decoding").
+    one_wave_refused_ctas_per_sm: int | None = None
     # From this many columns (None: never; a power of two, at least a warpgroup product's
     # 64 rows) a dense cache runs with the columns on the products' M side
     # (kernels/decode.py, QUERIES_ON_M: step 9's key loop), at `tile_n` and, below
@@ -182,6 +190,11 @@ class DecodeLaunch:
                 not all(is_power_of_two(tile) for tile in self.one_wave_tiles):
             raise ValueError(f"one_wave_tiles must be a tuple of powers of two (keys per "
                              f"tile), got {self.one_wave_tiles!r}")
+        if self.one_wave_refused_ctas_per_sm is not None and not (
+                isinstance(self.one_wave_refused_ctas_per_sm, int) and
+                self.one_wave_refused_ctas_per_sm >= 1):
+            raise ValueError(f"one_wave_refused_ctas_per_sm must be None or a positive int "
+                             f"(CTAs per SM), got {self.one_wave_refused_ctas_per_sm!r}")
         if not (isinstance(self.one_wave_blocks, int) and self.one_wave_blocks >= 1):
             raise ValueError(f"one_wave_blocks must be a positive int (blocks a tile spans), "
                              f"got {self.one_wave_blocks!r}")
@@ -223,14 +236,21 @@ class DecodeLaunch:
             return True, tile_n, wide
         if columns >= self.wide_columns:
             return False, self.tile_n, wide
-        if self.one_wave_columns is not None and columns >= self.one_wave_columns and \
-                ctas <= sms and keys_per_split >= self.one_wave_keys:
-            step = (columns // self.one_wave_columns).bit_length() - 1
-            tile_n = self.one_wave_tiles[step] if step < len(self.one_wave_tiles) \
-                else self.tile_n
-            if block_size is None or tile_n <= self.one_wave_blocks * block_size:
-                return False, tile_n, wide
+        tile_n = self.one_wave_tile(columns, ctas, sms, keys_per_split)
+        if tile_n is not None and (block_size is None or
+                                   tile_n <= self.one_wave_blocks * block_size):
+            return False, tile_n, wide
         return False, self.tile_n, own
+
+    def one_wave_tile(self, columns: int, ctas: int, sms: int, keys_per_split: int) -> int | None:
+        """The keys per tile of the one-wave launch of `columns` transposed columns on a
+        grid of `ctas` CTAs over splits of `keys_per_split` keys, or None where the grid
+        does not take it (a paged cache also needs blocks long enough: `choose`)."""
+        if self.one_wave_columns is None or not columns >= self.one_wave_columns or \
+                ctas > sms or keys_per_split < self.one_wave_keys:
+            return None
+        step = (columns // self.one_wave_columns).bit_length() - 1
+        return self.one_wave_tiles[step] if step < len(self.one_wave_tiles) else self.tile_n
 
     def query_rows(self, group_tile: int, query_rows: int, block_size: int | None,
                    has_starts: bool) -> int:
@@ -263,11 +283,24 @@ class DecodeLaunch:
         least = splits * self.one_wave_keys
         return least if least and capacity >= least else 0
 
-    def splits(self, ctas: int, keys: int, sms: int) -> int:
-        """How many splits `ctas` CTAs (batch x kv_heads) take over `keys` keys each."""
+    def splits(self, ctas: int, keys: int, sms: int, columns: int = 0,
+               block_size: int | None = None, has_starts: bool = False) -> int:
+        """How many splits `ctas` CTAs (batch x kv_heads) take over `keys` keys each, for a
+        launch of `columns` columns (0: not known) over a cache in blocks of `block_size`
+        keys (None: dense), with keys from a per-sequence start or not."""
         if keys <= self.unsplit_keys:
             return 1
-        wanted = sms * self.ctas_per_sm // ctas
+        splits = self._splits_at(self.ctas_per_sm, ctas, keys, sms)
+        if self.one_wave_refused_ctas_per_sm is not None and block_size is not None and \
+                columns < self.wide_columns and \
+                not self.queries_on_m(columns, block_size, has_starts):
+            tile_n = self.one_wave_tile(columns, ctas * splits, sms, keys // splits)
+            if tile_n is not None and tile_n > self.one_wave_blocks * block_size:
+                splits = self._splits_at(self.one_wave_refused_ctas_per_sm, ctas, keys, sms)
+        return splits
+
+    def _splits_at(self, ctas_per_sm: int, ctas: int, keys: int, sms: int) -> int:
+        wanted = sms * ctas_per_sm // ctas
         return max(1, min(wanted, keys // self.min_keys_per_split, self.max_splits))
 
 
@@ -277,8 +310,9 @@ class DecodeLaunch:
 # its launches take from here.
 DECODE_GUESS = {64: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=16,
                                  one_wave_tiles=(256, 256, 256), one_wave_keys=2048,
-                                 one_wave_blocks=1, rows_columns=64, rows_block_size=16,
-                                 rows_padded_columns=32, rows_wide_blocks=4),
+                                 one_wave_blocks=1, one_wave_refused_ctas_per_sm=2,
+                                 rows_columns=64, rows_block_size=16, rows_padded_columns=32,
+                                 rows_wide_blocks=4),
                 128: DecodeLaunch(128, 2, None, 1, 256, one_wave_columns=32,
                                   one_wave_tiles=(64,), one_wave_keys=1024, rows_columns=64,
                                   rows_block_size=16, rows_padded_columns=32,

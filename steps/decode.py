@@ -116,15 +116,29 @@ def kept(cache: dict, key, make, keep: bool):
     return found
 
 
+def tile_of_columns(shape: DecodeShape, launch: DecodeLaunch) -> tuple[int, int]:
+    """(query heads, query rows) of a CTA's columns: each a power of two, at least
+    MIN_COLUMNS in all, padded where `launch` pads them (DecodeLaunch.query_rows)."""
+    group_tile = power_of_two_at_least(shape.group)
+    query_rows = max(power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
+    return group_tile, launch.query_rows(group_tile, query_rows, shape.block_size,
+                                         shape.has_starts)
+
+
+def rule_splits(shape: DecodeShape, launch: DecodeLaunch, sms: int) -> int:
+    """The splits `launch`'s rule gives `shape` on a GPU of `sms` SMs."""
+    group_tile, query_rows = tile_of_columns(shape, launch)
+    return launch.splits(shape.batch * shape.kv_heads, shape.capacity, sms,
+                         columns=group_tile * query_rows, block_size=shape.block_size,
+                         has_starts=shape.has_starts)
+
+
 def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                 device: torch.device, early_merge: bool = False) -> DecodePlan:
     """The launches of `shape` with `launch` (a platform entry's for its head dim), on a
     GPU with `sms` SMs; `early_merge`: see DecodePlan."""
-    group_tile = power_of_two_at_least(shape.group)
-    query_rows = max(power_of_two_at_least(shape.q_len), MIN_COLUMNS // group_tile, 1)
-    query_rows = launch.query_rows(group_tile, query_rows, shape.block_size, shape.has_starts)
-    splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads, shape.capacity,
-                                               sms)
+    group_tile, query_rows = tile_of_columns(shape, launch)
+    splits = shape.num_splits or rule_splits(shape, launch, sms)
     columns = group_tile * query_rows
     queries_on_m, tile_n, hints = launch.choose(columns, shape.batch * shape.kv_heads * splits,
                                                 sms, keys_per_split=shape.capacity // splits,
@@ -172,8 +186,7 @@ def _cached_plan(shape: DecodeShape, device: torch.device,
     if plan is None:
         arch, sms = device_facts(device)
         launch = launch or entry_for(arch).decode[shape.head_dim]
-        splits = shape.num_splits or launch.splits(shape.batch * shape.kv_heads,
-                                                   shape.capacity, sms)
+        splits = shape.num_splits or rule_splits(shape, launch, sms)
         capacity = launch.long_capacity(shape.capacity, splits)
         plan = _plan_of_splits(replace(shape, capacity=capacity, num_splits=splits), device,
                                launch, sms)

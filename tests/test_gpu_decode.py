@@ -157,6 +157,14 @@ def test_paged_cache_at_d64_on_one_wave_matches_the_reference(block_size, splits
     check_paged_cache(block_size, splits, 8, True, head_dim=64, ends=[4352, 0, 2049, 3001])
 
 
+@pytest.mark.parametrize("block_size", [16, 32, 256])
+def test_paged_cache_at_d64_refused_by_the_one_wave_launch_matches_the_reference(block_size):
+    """16 columns at D=64 on a grid the one-wave launch would take: blocks of 256 take it,
+    smaller ones the table's launch in twice the splits
+    (DecodeLaunch.one_wave_refused_ctas_per_sm)."""
+    check_paged_cache(block_size, None, 4, True, head_dim=64, ends=[8500, 0, 4097, 6001])
+
+
 @pytest.mark.parametrize("head_dim", [64, 256])
 @pytest.mark.parametrize("block_size", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("splits", [1, 3])

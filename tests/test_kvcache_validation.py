@@ -176,6 +176,35 @@ def test_the_one_wave_launch_takes_a_tile_per_column_count(q_len, keys, block_si
                                        block_size=block_size), tile_n, wide)
 
 
+@pytest.mark.parametrize("batch,keys,q_len,block_size,has_starts,splits", [
+    (16, 32768, 4, 16, False, 2), (8, 32768, 4, 32, False, 4),  # blocks refused: 2 a SM
+    (1, 32768, 4, 16, False, 33),
+    (1, 4096, 4, 16, False, 16),  # ... no split shorter than min_keys_per_split
+    (16, 32768, 8, 16, True, 2),  # 32 columns, transposed with left padding
+    (16, 32768, 4, 256, False, 1), (16, 32768, 4, None, False, 1),  # one wave takes them
+    (16, 32768, 1, 16, False, 1),  # 8 columns: no one-wave launch
+    (16, 4096, 4, 16, False, 2), (16, 1024, 4, 16, False, 1),  # splits under one_wave_keys
+    (16, 32768, 16, 16, False, 1),  # 64 columns, on the M side
+])
+def test_paged_caches_the_one_wave_launch_refuses_split_further(batch, keys, q_len,
+                                                                 block_size, has_starts,
+                                                                 splits):
+    """Where the one-wave launch would take the grid but not the paged cache's blocks
+    (its tile would span more than one_wave_blocks), the rule splits to
+    one_wave_refused_ctas_per_sm CTAs per SM."""
+    from cutile_fmha.steps import decode
+
+    launch = DecodeLaunch(tile_n=128, occupancy=2, num_worker_warps=None, ctas_per_sm=1,
+                          min_keys_per_split=256, one_wave_columns=16,
+                          one_wave_tiles=(256, 256, 256), one_wave_keys=2048,
+                          one_wave_blocks=1, one_wave_refused_ctas_per_sm=2, rows_columns=64,
+                          rows_block_size=16)
+    shape = decode_shape(keys, head_dim=64, q_len=q_len, batch=batch, block_size=block_size,
+                         has_starts=has_starts)
+    assert decode.rule_splits(shape, launch, sms=132) == splits
+    assert decode.decode_plan(shape, launch, sms=132, device=None).grid[0] == splits
+
+
 @pytest.mark.parametrize("q_len,block_size,has_starts,rows,tile_n,wide", [
     (16, None, False, True, 128, False),  # 64 columns, dense: on the M side, own hints
     (32, None, True, True, 128, True),  # 128 columns: at the wide launch's

@@ -158,12 +158,12 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
     loaded = tuned.load_tuned("sm_90")
     assert loaded["decode"] == DECODE_GUESS | decode and "one token" in loaded["decode_note"]
     # a record written before unsplit_keys, one_wave_columns, rows_columns, rows_block_size,
-    # rows_padded_columns and rows_wide_blocks existed takes DECODE_GUESS's values at its
-    # head dim
+    # rows_padded_columns, rows_wide_blocks and one_wave_refused_ctas_per_sm existed takes
+    # DECODE_GUESS's values at its head dim
     path = tuned.tuned_path("sm_90", decode=True)
     data = json.loads(path.read_text())
     for key in ("unsplit_keys", "one_wave_columns", "rows_columns", "rows_block_size",
-                "rows_padded_columns", "rows_wide_blocks"):
+                "rows_padded_columns", "rows_wide_blocks", "one_wave_refused_ctas_per_sm"):
         del data["launches"][0][key]
     path.write_text(json.dumps(data))
     assert tuned.load_tuned("sm_90")["decode"][128] == dataclasses.replace(
@@ -171,10 +171,12 @@ def test_tuned_entry_round_trips(tmp_path, monkeypatch):
         rows_columns=DECODE_GUESS[128].rows_columns,
         rows_block_size=DECODE_GUESS[128].rows_block_size,
         rows_padded_columns=DECODE_GUESS[128].rows_padded_columns,
-        rows_wide_blocks=DECODE_GUESS[128].rows_wide_blocks)
+        rows_wide_blocks=DECODE_GUESS[128].rows_wide_blocks,
+        one_wave_refused_ctas_per_sm=DECODE_GUESS[128].one_wave_refused_ctas_per_sm)
     for key, wrong in (("one_wave_columns", 48), ("one_wave_tiles", [256, 96]),
                        ("one_wave_blocks", 0), ("rows_columns", 32), ("rows_block_size", 8),
-                       ("rows_padded_columns", 64), ("rows_wide_blocks", 0)):
+                       ("rows_padded_columns", 64), ("rows_wide_blocks", 0),
+                       ("one_wave_refused_ctas_per_sm", 0)):
         path.write_text(json.dumps(data | {"launches": [data["launches"][0] | {key: wrong}]}))
         with pytest.raises(ValueError, match=rf"sm_90-decode.json: {key} must be"):
             tuned.load_tuned("sm_90")
