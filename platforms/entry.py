@@ -246,7 +246,7 @@ class DecodeLaunch:
         """The keys per tile of the one-wave launch of `columns` transposed columns on a
         grid of `ctas` CTAs over splits of `keys_per_split` keys, or None where the grid
         does not take it (a paged cache also needs blocks long enough: `choose`)."""
-        if self.one_wave_columns is None or not columns >= self.one_wave_columns or \
+        if self.one_wave_columns is None or columns < self.one_wave_columns or \
                 ctas > sms or keys_per_split < self.one_wave_keys:
             return None
         step = (columns // self.one_wave_columns).bit_length() - 1
