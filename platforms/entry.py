@@ -190,14 +190,8 @@ class DecodeLaunch:
                 not all(is_power_of_two(tile) for tile in self.one_wave_tiles):
             raise ValueError(f"one_wave_tiles must be a tuple of powers of two (keys per "
                              f"tile), got {self.one_wave_tiles!r}")
-        if self.one_wave_refused_ctas_per_sm is not None and not (
-                isinstance(self.one_wave_refused_ctas_per_sm, int) and
-                self.one_wave_refused_ctas_per_sm >= 1):
-            raise ValueError(f"one_wave_refused_ctas_per_sm must be None or a positive int "
-                             f"(CTAs per SM), got {self.one_wave_refused_ctas_per_sm!r}")
-        if not (isinstance(self.one_wave_blocks, int) and self.one_wave_blocks >= 1):
-            raise ValueError(f"one_wave_blocks must be a positive int (blocks a tile spans), "
-                             f"got {self.one_wave_blocks!r}")
+        self._check_positive("one_wave_refused_ctas_per_sm", "CTAs per SM", optional=True)
+        self._check_positive("one_wave_blocks", "blocks a tile spans", optional=False)
         if self.rows_columns is not None and not (is_power_of_two(self.rows_columns) and
                                                   self.rows_columns >= 64):
             raise ValueError(f"rows_columns must be None or a power of two from 64 (a "
@@ -208,14 +202,19 @@ class DecodeLaunch:
             raise ValueError(f"rows_padded_columns must be None or a power of two below "
                              f"rows_columns ({self.rows_columns!r}), got "
                              f"{self.rows_padded_columns!r}")
-        if self.rows_wide_blocks is not None and not (isinstance(self.rows_wide_blocks, int) and
-                                                      self.rows_wide_blocks >= 1):
-            raise ValueError(f"rows_wide_blocks must be None or a positive int (blocks a tile "
-                             f"spans), got {self.rows_wide_blocks!r}")
+        self._check_positive("rows_wide_blocks", "blocks a tile spans", optional=True)
         if self.rows_block_size is not None and not (is_power_of_two(self.rows_block_size) and
                                                      self.rows_block_size >= 16):
             raise ValueError(f"rows_block_size must be None or a power of two from 16 (keys a "
                              f"block holds), got {self.rows_block_size!r}")
+
+    def _check_positive(self, name: str, what: str, optional: bool) -> None:
+        """A ValueError unless field `name` (`what` it counts) is a positive int, or None
+        where `optional`."""
+        value = getattr(self, name)
+        if not (optional and value is None or isinstance(value, int) and value >= 1):
+            raise ValueError(f"{name} must be {'None or ' if optional else ''}a positive int "
+                             f"({what}), got {value!r}")
 
     def choose(self, columns: int, ctas: int, sms: int, keys_per_split: int,
                block_size: int | None = None,
