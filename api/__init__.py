@@ -9,15 +9,16 @@ See ``cutile_fmha.dropin`` for ``attention`` and ``attention_with_lse``,
 ``cutile_fmha.varlen`` for ``attention_varlen`` (packed sequences of different lengths, as
 flash-attn's ``flash_attn_varlen_func``), ``cutile_fmha.kvcache`` for
 ``attention_with_kvcache`` (decoding from a dense or paged KV cache, as flash-attn's
-``flash_attn_with_kvcache``), ``cutile_fmha.fp8`` for ``attention_fp8`` and ``to_fp8``
-(float8 inputs, as FlashAttention-3's FP8 forward), ``cutile_fmha.distributed`` for
-``ring_attention`` (one sequence across GPUs), and ``cutile_fmha.steps`` for the tutorial's
-steps and the planning API.
+``flash_attn_with_kvcache``), ``cutile_fmha.fp8`` for ``attention_fp8``, ``to_fp8`` and
+``incoherent_rotation`` (float8 inputs, as FlashAttention-3's FP8 forward),
+``cutile_fmha.distributed`` for ``ring_attention`` (one sequence across GPUs), and
+``cutile_fmha.steps`` for the tutorial's steps and the planning API.
 """
 
 _MODULE_OF = {"attention": "dropin", "attention_with_lse": "dropin",
               "attention_varlen": "varlen", "attention_with_kvcache": "kvcache",
-              "attention_fp8": "fp8", "to_fp8": "fp8", "ring_attention": "distributed"}
+              "attention_fp8": "fp8", "to_fp8": "fp8", "incoherent_rotation": "fp8",
+              "ring_attention": "distributed"}
 __all__ = list(_MODULE_OF)
 
 

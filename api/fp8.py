@@ -7,7 +7,10 @@
                         v_descale=v_descale, is_causal=True)   # bfloat16
 
 ``attention_fp8`` multiplies on the tensor cores' float8 path (kernels/fp8.py); the
-softmax stays float32 and the output is bfloat16. Forward only.
+softmax stays float32 and the output is bfloat16. Forward only. Where query or key have
+outliers (a few entries far larger than the rest), ``incoherent_rotation(query, key)``
+before ``to_fp8`` spreads them over the head dim without changing the scores
+(FlashAttention-3's incoherent processing).
 """
 
 import functools
@@ -19,7 +22,7 @@ from .platforms import HEAD_DIMS
 from .steps.fp8 import fp8_forward
 from .steps.launcher import MAX_GRID_YZ, _check_devices, softmax_scale
 
-__all__ = ["attention_fp8", "to_fp8"]
+__all__ = ["attention_fp8", "incoherent_rotation", "to_fp8"]
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
@@ -53,6 +56,51 @@ def to_fp8(x: torch.Tensor, *, transpose: bool = False) -> tuple[torch.Tensor, t
                        device=x.device)
     x8_t[..., :seq_len] = scaled.transpose(2, 3)
     return x8_t, descale
+
+
+def incoherent_rotation(query: torch.Tensor, key: torch.Tensor, *,
+                        generator: torch.Generator | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(query R, key R) for one random orthogonal D x D matrix R, a Hadamard matrix's
+    columns times random signs over sqrt(D): FlashAttention-3's incoherent processing.
+    Scores do not change (query R (key R)^T = query key^T, up to the inputs' rounding), but
+    an outlier entry spreads over all D columns, so that ``to_fp8``'s per-head scale leaves
+    the other entries more of float8's 3 mantissa bits. The value is not rotated (its
+    product with P is not a score).
+
+    query (batch, heads, q_len, D), key (batch, kv_heads, k_len, D): floating point, one
+    device, D a power of two. Returned in each input's dtype.
+    generator: draws the signs (on the CPU; default torch's)."""
+    for name, t in (("query", query), ("key", key)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.dtype.is_floating_point:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a floating-point tensor (batch, heads, seq_len, "
+                             f"D), got {got}")
+    head_dim = query.shape[-1]
+    if key.shape[-1] != head_dim or key.device != query.device:
+        raise ValueError(f"key must have query's head dim {head_dim} and device "
+                         f"{query.device}, got {key.shape[-1]} on {key.device}")
+    if head_dim & (head_dim - 1):
+        raise ValueError(f"the head dim (query's last dimension) must be a power of two for a "
+                         f"Hadamard rotation, got {head_dim}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__}")
+    signs = torch.randint(0, 2, (head_dim,), generator=generator).double() * 2 - 1
+    rotation = _hadamard(head_dim) * signs / head_dim ** 0.5
+    # One product per input in its own dtype, accumulated in float32: R's entries all have
+    # one magnitude, so rounded to the dtype R stays orthogonal up to a factor (bfloat16
+    # at D=128: scores scaled by 0.9998), and no float32 copy of the input is made.
+    return tuple(t @ rotation.to(device=t.device, dtype=t.dtype) for t in (query, key))
+
+
+@functools.lru_cache(maxsize=8)
+def _hadamard(size: int) -> torch.Tensor:
+    """Sylvester's size x size Hadamard matrix (entries +-1, rows orthogonal), float64, CPU."""
+    matrix = torch.ones(1, 1, dtype=torch.float64)
+    while matrix.shape[0] < size:
+        matrix = torch.cat([torch.cat([matrix, matrix], 1), torch.cat([matrix, -matrix], 1)])
+    return matrix
 
 
 @functools.lru_cache(maxsize=8)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from cutile_fmha import attention_fp8, to_fp8
+from cutile_fmha import attention_fp8, incoherent_rotation, to_fp8
 from cutile_fmha.kernels.common import EXP2_QUADRATIC, ROUNDING_MAGIC, ROUNDING_MAGIC_BITS
 from cutile_fmha.platforms import PLATFORMS
 from cutile_fmha.platforms.environment import find_compiler
@@ -21,7 +21,8 @@ def test_importable_from_the_package_root():
     import cutile_fmha
 
     assert cutile_fmha.attention_fp8 is attention_fp8 and cutile_fmha.to_fp8 is to_fp8
-    assert {"attention_fp8", "to_fp8"} <= set(cutile_fmha.__all__)
+    assert cutile_fmha.incoherent_rotation is incoherent_rotation
+    assert {"attention_fp8", "to_fp8", "incoherent_rotation"} <= set(cutile_fmha.__all__)
 
 
 def test_exp2_on_the_fma_pipes_is_well_within_the_rounding_of_p_to_float8():
@@ -56,6 +57,98 @@ def test_to_fp8_transposes_the_value_and_pads_its_keys_with_zeros():
     assert torch.equal(v8_t[..., :37].float(), to_fp8(v)[0].transpose(2, 3).float())
     assert not v8_t[..., 37:].float().any()
     assert torch.equal(descale, to_fp8(v)[1])
+
+
+def _outliers(*shape, generator):
+    """FlashAttention-3's test inputs: N(0, 1), and for 0.1% of the entries N(0, 10) added."""
+    x = torch.randn(*shape, generator=generator, dtype=torch.float64)
+    spikes = torch.rand(*shape, generator=generator, dtype=torch.float64) < 1e-3
+    return x + spikes * 10 * torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
+def _scores(q, k):
+    return q.double() @ k.double().repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(2, 3)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_incoherent_rotation_keeps_the_scores_and_the_dtype(head_dim):
+    g = torch.Generator().manual_seed(head_dim)
+    q = torch.randn(2, 4, 33, head_dim, generator=g)
+    k = torch.randn(2, 2, 40, head_dim, generator=g)
+    q_rot, k_rot = incoherent_rotation(q, k, generator=g)
+    assert q_rot.dtype == q.dtype and q_rot.shape == q.shape and k_rot.shape == k.shape
+    assert torch.allclose(_scores(q_rot, k_rot), _scores(q, k), atol=1e-4 * head_dim ** 0.5)
+    assert not torch.allclose(q_rot, q, atol=0.1)  # it did rotate
+    q16, k16 = (t.to(torch.bfloat16) for t in (q, k))
+    q16_rot, k16_rot = incoherent_rotation(q16, k16, generator=g)
+    assert q16_rot.dtype == torch.bfloat16
+    # bfloat16's rounding of the rotated inputs, no more: within 2^-7 of each score's scale
+    scale = q.norm(dim=-1, keepdim=True) * k.repeat_interleave(2, 1).norm(dim=-1)[:, :, None, :]
+    assert ((_scores(q16_rot, k16_rot) - _scores(q16, k16)).abs() <= scale.double() * 2 ** -7).all()
+
+
+def test_incoherent_rotation_is_one_rotation_for_query_and_key_drawn_from_the_generator():
+    q, k = torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 64)
+    first = incoherent_rotation(q, k, generator=torch.Generator().manual_seed(1))
+    again = incoherent_rotation(q, k, generator=torch.Generator().manual_seed(1))
+    other = incoherent_rotation(q, k, generator=torch.Generator().manual_seed(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[0], other[0])
+    # q itself as the key: the rotated key is the rotated query
+    q_rot, k_rot = incoherent_rotation(q, q.clone(), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(q_rot, k_rot)
+
+
+def _attention(q, k, v):
+    return torch.softmax(_scores(q, k) / q.shape[-1] ** 0.5, -1) @ v.double()
+
+
+def _dequantized(x):
+    x8, descale = to_fp8(x)
+    return x8.double() * descale[:, :, None, None].double()
+
+
+def test_incoherent_rotation_shrinks_the_float8_inputs_error_where_there_are_outliers():
+    """What it is for, on the CPU: float64 attention of the float8 (per-head scaled)
+    inputs against the exact one, RMS error of the output, plain and with query and key
+    rotated first. e4m3's rounding is relative, so a rotation changes little for
+    standard-normal inputs; where outliers put a few entries far above the rest (here
+    FlashAttention-3's test inputs, and outlier channels shared by query and key as in
+    language models' activations) their products carry most of each score and its error,
+    which the rotation spreads over the head dim."""
+    g = torch.Generator().manual_seed(0)
+    shape = (1, 4, 512, 128)
+    normal = lambda: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    channels = torch.ones(128, dtype=torch.float64)
+    channels[[3, 77]] = 20.0
+    q, k, v = normal(), normal(), normal()
+    cases = {"normal": (q, k, v), "channels": (q * channels, k * channels, v),
+             "entries": tuple(_outliers(*shape, generator=g) for _ in range(3))}
+    error = {}
+    for name, (q, k, v) in cases.items():
+        exact = _attention(q, k, v)
+        for rotated in (False, True):
+            qq, kk = incoherent_rotation(q, k, generator=g) if rotated else (q, k)
+            out = _attention(_dequantized(qq), _dequantized(kk), _dequantized(v))
+            error[name, rotated] = (out - exact).pow(2).mean().sqrt().item()
+    assert 0.9 < error["normal", True] / error["normal", False] < 1.1
+    assert error["entries", True] < 0.85 * error["entries", False]
+    assert error["channels", True] < 0.3 * error["channels", False]
+
+
+@pytest.mark.parametrize("query, key, error, message", [
+    (torch.randn(1, 2, 8, 96), torch.randn(1, 2, 8, 96), ValueError, "power of two"),
+    (torch.randn(1, 2, 8, 64), torch.randn(1, 2, 8, 128), ValueError, "head dim 64"),
+    (torch.randn(2, 8, 64), torch.randn(1, 2, 8, 64), ValueError, "query must be"),
+    (torch.randn(1, 2, 8, 64), "key", ValueError, "key must be"),
+    (torch.randn(1, 2, 8, 64), torch.ones(1, 2, 8, 64, dtype=torch.int32), ValueError,
+     "key must be a floating-point"),
+])
+def test_incoherent_rotation_arguments_are_checked(query, key, error, message):
+    with pytest.raises(error, match=message):
+        incoherent_rotation(query, key)
+    with pytest.raises(TypeError, match="generator"):
+        incoherent_rotation(torch.randn(1, 1, 2, 64), torch.randn(1, 1, 2, 64), generator=0)
 
 
 def test_an_all_zero_head_gets_a_descale_of_one():
