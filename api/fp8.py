@@ -14,12 +14,13 @@ before ``to_fp8`` spreads them over the head dim without changing the scores
 """
 
 import functools
+import math
 
 import torch
 
 from .dropin import checked_once
 from .platforms import HEAD_DIMS
-from .steps.fp8 import fp8_forward
+from .steps.fp8 import fp8_forward, quantize_fp8, quantizes_on_the_gpu
 from .steps.launcher import MAX_GRID_YZ, _check_devices, softmax_scale
 
 __all__ = ["attention_fp8", "incoherent_rotation", "to_fp8"]
@@ -41,21 +42,31 @@ def padded_keys(k_len: int) -> int:
 def to_fp8(x: torch.Tensor, *, transpose: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(x in float8_e4m3fn, descale): x (batch, heads, seq_len, D) scaled per (batch, head)
     so that its largest magnitude is e4m3's largest (448), and the float32 (batch, heads)
-    factor that undoes it (x ~= x8 * descale). transpose: the value's layout that
-    ``attention_fp8`` takes, (batch, heads, D, seq_len rounded up to 16, zeros past it)."""
+    factor that undoes it (x ~= x8 * descale; 1 for a head of zeros or no rows). transpose:
+    the value's layout that ``attention_fp8`` takes, (batch, heads, D, seq_len rounded up
+    to 16, zeros past it). On a GPU with cuTile's float8 (sm_90 on) one kernel reads x once
+    and writes x8 (kernels/fp8.py's ``quantize``); the same values as x.float() / descale
+    rounded to e4m3 by PyTorch, which runs elsewhere."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.dtype.is_floating_point:
         raise ValueError(f"x must be a floating-point tensor (batch, heads, seq_len, D), got "
                          f"{x.shape if isinstance(x, torch.Tensor) else type(x).__name__}")
-    amax = x.abs().amax(dim=(2, 3)).float()
+    # max |x| per head in one reduction, without a copy of |x| (0 for an empty head)
+    amax = torch.linalg.vector_norm(x, math.inf, dim=(2, 3)).float() \
+        if x.shape[2] * x.shape[3] else torch.zeros(x.shape[:2], device=x.device)
     descale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    scaled = (x.float() / descale[:, :, None, None]).to(FP8)
-    if not transpose:
-        return scaled.contiguous(), descale
     batch, heads, seq_len, head_dim = x.shape
-    x8_t = torch.zeros((batch, heads, head_dim, padded_keys(seq_len)), dtype=FP8,
-                       device=x.device)
-    x8_t[..., :seq_len] = scaled.transpose(2, 3)
-    return x8_t, descale
+    shape = (batch, heads, head_dim, padded_keys(seq_len)) if transpose else x.shape
+    x8 = torch.empty(shape, dtype=FP8, device=x.device)
+    if quantizes_on_the_gpu(x, x8):  # one kernel: the same values, read and written once
+        quantize_fp8(x, descale, x8, transpose=transpose)
+        return x8, descale
+    scaled = (x.float() / descale[:, :, None, None]).to(FP8)
+    if transpose:
+        x8.zero_()
+        x8[..., :seq_len] = scaled.transpose(2, 3)
+    else:
+        x8.copy_(scaled)
+    return x8, descale
 
 
 def incoherent_rotation(query: torch.Tensor, key: torch.Tensor, *,

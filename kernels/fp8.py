@@ -11,7 +11,8 @@ largest (FlashAttention-3 does the same).
 A float8 warpgroup product needs both operands with their reduction dimension contiguous
 in shared memory. For Q K^T that is the usual layout (D contiguous in both). For P V the
 reduction runs over keys, so V must be stored transposed, (batch, kv_heads, D, N) with the
-keys contiguous: the caller's layout (``cutile_fmha.fp8.transpose_value`` makes it). The
+keys contiguous: the caller's layout (``cutile_fmha.to_fp8(value, transpose=True)`` makes it,
+in this file's ``quantize`` kernel as it rounds V to float8). The
 key loop is step 9's ``attend_query_tile``, whose FP8 constant loads V that way.
 
 Both products accumulate in the tensor cores (``ct.mma(..., use_fast_acc=True)``), as the
@@ -51,3 +52,22 @@ def fmha(Q, K, V, Out, Lse, QDescale, KDescale, VDescale, qk_scale: float, query
                       TILE_D, 0, TILE_D, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, WRITE_LSE, True,
                       ct.gather(VDescale, descale), FMA_EXP2, False, 0.0, False, 0, 0, False,
                       Lse)
+
+
+@ct.kernel
+def quantize(X, Descale, Out, TILE_S: ConstInt, TILE_D: ConstInt, TRANSPOSE: ConstBool):
+    """TILE_S rows of one head of X (batch, heads, rows, D) divided by that head's Descale
+    (float32 (batch, heads)) and rounded to float8_e4m3fn: Out (batch, heads, rows, D), or
+    with TRANSPOSE (batch, heads, D, rows rounded up to 16), the layout attention_fp8 takes
+    V in, its columns past the last row 0 (X's zero padding: the grid covers them). TILE_D:
+    D rounded up to a power of two. One read of X and one write of Out, where the same in
+    PyTorch makes two float32 copies of X."""
+    tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
+    x = ct.load(X, index=(batch, head, tile, 0), shape=(1, 1, TILE_S, TILE_D),
+                padding_mode=ct.PaddingMode.ZERO).reshape((TILE_S, TILE_D))
+    x8 = ct.truediv(x.astype(ct.float32), ct.gather(Descale, (batch, head))).astype(Out.dtype)
+    if TRANSPOSE:
+        ct.store(Out, index=(batch, head, 0, tile),
+                 tile=ct.transpose(x8).reshape((1, 1, TILE_D, TILE_S)))
+    else:
+        ct.store(Out, index=(batch, head, tile, 0), tile=x8.reshape((1, 1, TILE_S, TILE_D)))

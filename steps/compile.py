@@ -23,6 +23,7 @@ import cuda.tile as ct
 from cuda.tile.compilation import export_kernel
 
 from ..kernels import decode as decode_kernels
+from ..kernels import fp8 as fp8_kernels
 from ..kernels import padding as padding_kernels
 from ..kernels import varlen as varlen_kernels
 from ..platforms import HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, entry_for
@@ -31,9 +32,9 @@ from ..platforms.environment import arch_problem, check_compiler, find_compiler,
 from .backward import BACKWARD_FAMILIES, backward_kernel, gradient_launch
 from .definitions import STEPS, steps_for
 from .decode import DecodeShape, decode_plan
-from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, MERGE_SPLITS, PADDING_RUNS,
-                     ROWS_MULTIPLE, KernelFamily, forward_constants, packed)
-from .fp8 import fp8_kernel
+from .family import (DECODE, FORWARD_FP8, FORWARD_VARIANTS, FP8_QUANTIZE, MERGE_SPLITS,
+                     PADDING_RUNS, ROWS_MULTIPLE, KernelFamily, forward_constants, packed)
+from .fp8 import fp8_kernel, quantize_settings
 from .padding import TILE as PADDING_TILE
 from .variants import NO_VARIANTS, Variants, variants_kernel
 from .launcher import kernel_for
@@ -126,6 +127,13 @@ def compile_fp8(arch: str, *, head_dim: int, causal: bool, write_lse: bool = Fal
                                    query_group=query_group, write_lse=write_lse)
     return export_cubin(kernel, FORWARD_FP8, dtype="float8_e4m3fn", constants=constants,
                         arch=arch, rows_multiple=rows_multiple)
+
+
+def compile_fp8_quantize(arch: str, *, dtype: str, head_dim: int, transpose: bool) -> bytes:
+    """The cubin of to_fp8's quantization (kernels/fp8.py's ``quantize``) for `arch`, of
+    `dtype` inputs with `head_dim` columns, in the layout `transpose` asks for."""
+    return export_cubin(fp8_kernels.quantize, FP8_QUANTIZE, dtype=dtype,
+                        constants=quantize_settings(head_dim, transpose), arch=arch)
 
 
 def compile_variants(arch: str, *, dtype: str, head_dim: int, causal: bool,

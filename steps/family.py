@@ -246,6 +246,19 @@ FORWARD_FP8 = KernelFamily(
 )
 
 
+# to_fp8's quantization (kernels/fp8.py's ``quantize``): X (batch, heads, rows, D) in the
+# inputs' dtype, its float32 Descale (batch, heads), Out float8_e4m3fn, (batch, heads,
+# rows, D) or, with TRANSPOSE, (batch, heads, D, rows rounded up to 16). One CTA per TILE_S
+# rows of one head: the grid covers every column of a transposed Out.
+FP8_QUANTIZE = KernelFamily(
+    name="float8 quantization",
+    parameters=(Tensor("X", 4), Tensor("Descale", 2, ct.float32, aligned=False),
+                Tensor("Out", 4, ct.float8_e4m3fn), Constant("TILE_S"), Constant("TILE_D"),
+                Constant("TRANSPOSE")),
+    grid=tiles_per_head("X", "TILE_S"),
+)
+
+
 # The variants (kernels/variants.py): FORWARD's tensors and Sinks (heads,) float32, its
 # scalars and softcap, window_left, window_right, its constants and SOFTCAP, WINDOW, SINKS,
 # each turning one variant on (Sinks, softcap and the window are read only then). The grid

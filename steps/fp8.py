@@ -12,8 +12,9 @@ import torch
 from ..kernels import fp8 as kernels
 from ..platforms import PlatformEntry
 from .definitions import QUERY_TILE_STEP, launch_of
-from .family import FORWARD_FP8, UNUSED_ARRAY, forward_constants
-from .launcher import current_stream, device_facts, on_device, with_hints
+from .family import FORWARD_FP8, FP8_QUANTIZE, UNUSED_ARRAY, forward_constants
+from .launcher import (MAX_GRID_YZ, current_stream, device_facts, on_device, past_32_bits,
+                       with_hints)
 
 # cuTile's float8 types start with Hopper (sm_89, Ada, has float8 tensor cores, but cuTile
 # 1.7 refuses the type there).
@@ -62,3 +63,38 @@ def fp8_forward(q, k, v_t, q_descale, k_descale, v_descale, *, causal: bool, sca
     ct.launch(current_stream(q.device), FORWARD_FP8.grid(values), kernel,
               FORWARD_FP8.arguments(values))
     return out, lse
+
+
+# Elements of X per CTA of to_fp8's quantization (kernels/fp8.py's ``quantize``): 64 rows
+# at D=128, at least 16 (a transposed tile's columns, TMA's 16 bytes of float8).
+QUANTIZE_TILE_ELEMENTS = 8192
+QUANTIZE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def quantize_settings(head_dim: int, transpose: bool) -> dict:
+    """The quantization kernel's constants for `head_dim`: D rounded up to a power of two,
+    rows per CTA, the layout."""
+    tile_d = 1 << max(head_dim - 1, 0).bit_length()
+    return {"TILE_S": max(16, QUANTIZE_TILE_ELEMENTS // tile_d), "TILE_D": tile_d,
+            "TRANSPOSE": transpose}
+
+
+def quantizes_on_the_gpu(x: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether ``quantize_fp8`` takes x into out: a CUDA x of a 16- or 32-bit float dtype,
+    its last dimension contiguous, on a GPU with cuTile's float8 (sm_90 on), within the
+    grid's and cuTile's 32-bit limits (anything else, the same in PyTorch operations)."""
+    return (x.is_cuda and x.dtype in QUANTIZE_DTYPES and x.stride(-1) == 1 and x.numel() > 0
+            and max(x.shape[:2]) <= MAX_GRID_YZ and not past_32_bits(x)
+            and not past_32_bits(out)
+            and int(device_facts(x.device)[0].removeprefix("sm_")) >= FIRST_FP8_ARCH)
+
+
+def quantize_fp8(x: torch.Tensor, descale: torch.Tensor, out: torch.Tensor, *,
+                 transpose: bool) -> None:
+    """Writes x (batch, heads, rows, D) / descale (float32 (batch, heads)) in
+    float8_e4m3fn into out: x's shape, or with `transpose` (batch, heads, D, rows rounded
+    up to 16), zeros past the last row. One launch; ``quantizes_on_the_gpu`` must hold."""
+    values = {"X": x, "Descale": descale, "Out": out,
+              **quantize_settings(x.shape[-1], transpose)}
+    ct.launch(current_stream(x.device), FP8_QUANTIZE.grid(values), kernels.quantize,
+              FP8_QUANTIZE.arguments(values))

@@ -14,7 +14,7 @@ from cutile_fmha.platforms import TileShape
 from cutile_fmha.steps import STEPS
 from cutile_fmha.steps import family as families
 from cutile_fmha.steps.family import (DECODE, DKDV_VARLEN, DQ_VARLEN, FORWARD, FORWARD_FP8,
-                                      FORWARD_VARIANTS,
+                                      FORWARD_VARIANTS, FP8_QUANTIZE,
                                       FORWARD_TENSORS, FORWARD_TILED_HEAD_DIM, FORWARD_VARLEN,
                                       MERGE_SPLITS, UNUSED_ARRAY, Constant, KeptArray,
                                       KernelFamily,
@@ -44,6 +44,15 @@ def test_variable_length_kernels_take_their_family_parameters_in_order(kernel, f
 @pytest.mark.parametrize("module,family", [(fp8, FORWARD_FP8), (variants, FORWARD_VARIANTS)])
 def test_fp8_and_variants_kernels_take_their_family_parameters_in_order(module, family):
     assert parameters_of(module.__file__, "fmha") == family.names
+
+
+def test_the_float8_quantization_kernel_takes_its_family_parameters_in_order():
+    assert parameters_of(fp8.__file__, "quantize") == FP8_QUANTIZE.names
+
+
+def test_the_float8_quantization_grid_is_row_tiles_by_heads_by_batch():
+    x = torch.empty(3, 5, 100, 64)
+    assert FP8_QUANTIZE.grid({"X": x, "TILE_S": 64}) == (2, 5, 3)
 
 
 @pytest.mark.parametrize("kernel,family", [("decode", DECODE), ("merge_splits", MERGE_SPLITS)])

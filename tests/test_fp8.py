@@ -11,8 +11,9 @@ from cutile_fmha import attention_fp8, incoherent_rotation, to_fp8
 from cutile_fmha.kernels.common import EXP2_QUADRATIC, ROUNDING_MAGIC, ROUNDING_MAGIC_BITS
 from cutile_fmha.platforms import PLATFORMS
 from cutile_fmha.platforms.environment import find_compiler
-from cutile_fmha.steps.compile import compile_fp8
-from cutile_fmha.steps.fp8 import FIRST_FP8_ARCH, check_fp8_arch
+from cutile_fmha.steps.compile import compile_fp8, compile_fp8_quantize
+from cutile_fmha.steps.fp8 import (FIRST_FP8_ARCH, QUANTIZE_TILE_ELEMENTS, check_fp8_arch,
+                                   quantize_settings, quantizes_on_the_gpu)
 
 FP8 = torch.float8_e4m3fn
 
@@ -231,4 +232,38 @@ def test_fp8_kernel_compiles(arch, head_dim, variant):
     causal, write_lse, group = variant
     cubin = compile_fp8(arch, head_dim=head_dim, causal=causal, write_lse=write_lse,
                         query_group=group)
+    assert cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("head_dim", [8, 64, 80, 96, 128, 256, 512, 1024])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_quantization_tiles_cover_the_head_dim_in_a_power_of_two(head_dim, transpose):
+    settings = quantize_settings(head_dim, transpose)
+    tile_d, tile_s = settings["TILE_D"], settings["TILE_S"]
+    assert tile_d >= head_dim and tile_d & (tile_d - 1) == 0 and tile_d < 2 * head_dim
+    # a power of two of rows, at least a transposed tile's 16 bytes of float8
+    assert tile_s >= 16 and tile_s & (tile_s - 1) == 0
+    assert tile_s * tile_d <= max(QUANTIZE_TILE_ELEMENTS, 16 * tile_d)
+    assert settings["TRANSPOSE"] is transpose
+
+
+def test_cpu_tensors_are_quantized_by_pytorch_and_empty_heads_by_nothing():
+    x = torch.randn(1, 2, 3, 64)
+    assert not quantizes_on_the_gpu(x, torch.empty(x.shape, dtype=FP8))
+    for shape, transpose, out_shape in (((1, 2, 0, 64), False, (1, 2, 0, 64)),
+                                        ((1, 2, 0, 64), True, (1, 2, 64, 0)),
+                                        ((0, 2, 5, 64), True, (0, 2, 64, 16))):
+        x8, descale = to_fp8(torch.randn(shape), transpose=transpose)
+        assert tuple(x8.shape) == out_shape and x8.dtype == FP8
+        assert torch.equal(descale, torch.ones(shape[:2]))
+
+
+@pytest.mark.skipif(find_compiler().path is None, reason="tileiras is not installed")
+@pytest.mark.parametrize("arch,dtype,head_dim,transpose", [
+    ("sm_90", "bfloat16", 128, True), ("sm_90", "float16", 64, False),
+    ("sm_90", "bfloat16", 96, False), ("sm_90", "float16", 256, True)]
+    + [(arch, "bfloat16", 128, index % 2 == 0)
+       for index, arch in enumerate(a for a in FP8_ARCHS if a != "sm_90")])
+def test_fp8_quantization_kernel_compiles(arch, dtype, head_dim, transpose):
+    cubin = compile_fp8_quantize(arch, dtype=dtype, head_dim=head_dim, transpose=transpose)
     assert cubin[:4] == b"\x7fELF"

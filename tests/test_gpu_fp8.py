@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cutile_fmha import attention_fp8, incoherent_rotation, to_fp8
+from cutile_fmha.steps.fp8 import quantizes_on_the_gpu
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -101,6 +102,32 @@ def test_incoherent_rotation_cuts_the_error_of_outlier_channels(head_dim):
             error[name, rotated] = (out.double() - expected).pow(2).mean().sqrt().item()
     assert error["channels", True] <= 0.5 * error["channels", False], error
     assert error["normal", True] <= 1.1 * error["normal", False], error
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
+@pytest.mark.parametrize("seq_len", [1, 37, 1000])
+def test_to_fp8_on_the_gpu_gives_the_pytorch_formulas_bits(dtype, head_dim, seq_len):
+    """to_fp8's kernel (one read, one write) against x.float() / descale rounded to e4m3
+    by PyTorch: the same bits, in both layouts, for heads of very different magnitudes, an
+    all-zero head and a (batch, seq, heads, D) tensor seen as (batch, heads, seq, D)."""
+    generator = torch.Generator(device="cuda").manual_seed(seq_len + head_dim)
+    magnitudes = torch.tensor([1.0, 1e-3, 300.0, 0.0], device="cuda")[None, None, :, None]
+    x = (torch.randn(2, seq_len, 4, head_dim, generator=generator, device="cuda")
+         * magnitudes).to(dtype).transpose(1, 2)
+    amax = x.float().abs().amax(dim=(2, 3))
+    expected_descale = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
+    scaled = (x.float() / expected_descale[:, :, None, None]).to(torch.float8_e4m3fn)
+    for transpose in (False, True):
+        x8, descale = to_fp8(x, transpose=transpose)
+        assert quantizes_on_the_gpu(x, x8)  # the kernel, not the PyTorch formula itself
+        expected = scaled
+        if transpose:
+            expected = torch.zeros(x8.shape, dtype=torch.float8_e4m3fn, device="cuda")
+            expected[..., :seq_len] = scaled.transpose(2, 3)
+        assert x8.shape == expected.shape and x8.is_contiguous()
+        assert torch.equal(descale, expected_descale)
+        assert torch.equal(x8.view(torch.uint8), expected.view(torch.uint8))
 
 
 def test_descales_default_to_one_and_are_applied():
