@@ -107,9 +107,16 @@ def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_left
         if t.stride(-1) != 1:
             raise ValueError(f"{name}'s last dimension must be contiguous (stride 1), got "
                              f"strides {t.stride()}")
-    if key_cache.shape != value_cache.shape:
-        raise ValueError(f"key_cache and value_cache must have one shape, got "
-                         f"{tuple(key_cache.shape)} and {tuple(value_cache.shape)}")
+    if key_cache.shape[:-1] != value_cache.shape[:-1]:
+        raise ValueError(f"key_cache and value_cache must have one shape but for the head dim, "
+                         f"got {tuple(key_cache.shape)} and {tuple(value_cache.shape)}")
+    value_dim = value_cache.shape[-1]
+    if value_dim != key_cache.shape[-1] and (
+            paged or value_dim > HEAD_DIMS[-1] or value_dim % PADDED_HEAD_DIM_MULTIPLE):
+        raise ValueError(f"value_cache's head dim other than key_cache's must be a multiple of "
+                         f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]}, on a dense cache, "
+                         f"got {value_dim} (key_cache's {key_cache.shape[-1]})"
+                         + (" with a paged cache" if paged else ""))
     batch, heads, q_len, head_dim = query.shape
     if head_dim not in HEAD_DIMS and (paged or head_dim > HEAD_DIMS[-1]
                                       or head_dim % PADDED_HEAD_DIM_MULTIPLE):
@@ -184,6 +191,8 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     (appending is the caller's, as transformers' and vLLM's caches do it; cache_seqlens
     counts them): dense (batch, kv_heads, max_len, D), transformers' layout; or paged
     (num_blocks, block_size, kv_heads, D) with `block_table`, flash-attn's and vLLM's.
+    value_cache may have a head dim D_v of its own (DeepSeek's 192/128: any multiple of 8
+    up to 256) on a dense cache, through the variable-length kernel; the output has D_v.
     kv_heads divides heads: each K/V byte is read once for all the query heads sharing it.
     cache_seqlens: int32 (batch,) on the device, each sequence's number of keys; None (a
         dense cache only): every sequence fills the cache.
@@ -256,11 +265,11 @@ def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cac
     """attention_with_kvcache's arguments checked, and which kernel runs them."""
     checked = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
                is_causal, scale, num_splits, return_lse)
-    varlen = _needs_varlen(query, is_causal, window_size)
+    varlen = _needs_varlen(query, value_cache, is_causal, window_size)
     if varlen and block_table is not None:
-        raise ValueError(f"head dims other than {HEAD_DIMS}, and a window's right side "
-                         f"without is_causal, take a dense cache so far, not a paged one "
-                         f"(block_table)")
+        raise ValueError(f"head dims other than {HEAD_DIMS}, a value head dim other than the "
+                         f"key's, and a window's right side without is_causal take a dense "
+                         f"cache so far, not a paged one (block_table)")
     shape, scale = _check(*checked)
     variants = _check_variants_of(query, window_size, softcap, sinks)
     if varlen:
@@ -273,15 +282,16 @@ def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cac
 _CALLS: dict[tuple, _Call] = {}
 
 
-def _needs_varlen(query, is_causal, window_size) -> bool:
+def _needs_varlen(query, value_cache, is_causal, window_size) -> bool:
     """Whether a call runs the variable-length kernel: at a head dim the decode kernel does
-    not run, or with a window bounded on the right without is_causal for more than one
-    query row (the decode kernel's window has the causal mask's right side). False where
-    the arguments are not what they should be: the checks say so."""
+    not run (a value head dim other than the key's among them), or with a window bounded
+    on the right without is_causal for more than one query row (the decode kernel's window
+    has the causal mask's right side). False where the arguments are not what they should
+    be: the checks say so."""
     shape = getattr(query, "shape", ())
     if len(shape) != 4:
         return False
-    if shape[-1] not in HEAD_DIMS:
+    if shape[-1] not in HEAD_DIMS or getattr(value_cache, "shape", shape)[-1:] != shape[-1:]:
         return True
     right = window_size[1] if isinstance(window_size, (tuple, list)) and \
         len(window_size) == 2 else -1

@@ -28,7 +28,8 @@ def reference(query, keys, values, starts, ends, causal, scale):
     """(out, lse) float64: each sequence's rows against its keys starts[b]..ends[b]-1 of
     keys[b], values[b] ((kv_heads, capacity, D) each)."""
     batch, heads, q_len, _ = query.shape
-    out = torch.zeros(query.shape, dtype=torch.float64, device=query.device)
+    out = torch.zeros(query.shape[:-1] + values.shape[-1:], dtype=torch.float64,
+                      device=query.device)
     lse = torch.full(query.shape[:-1], -math.inf, dtype=torch.float64, device=query.device)
     for b in range(batch):
         k, v = (t[b][:, starts[b]:ends[b]].double() for t in (keys, values))
@@ -198,6 +199,35 @@ def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends):
     assert_close(out, lse, expected, expected_lse, dtype)
 
 
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("q_len,causal,leftpad", [(1, True, False), (4, True, True),
+                                                  (3, False, False)])
+@pytest.mark.parametrize("head_dim,value_dim", [(192, 128), (128, 64)])
+def test_a_value_head_dim_of_its_own_on_a_dense_cache(head_dim, value_dim, q_len, causal,
+                                                      leftpad, dtype):
+    """D_v other than D (DeepSeek's 192/128), through the variable-length kernel on the
+    dense cache: lengths 0 and one not a multiple of a tile, left padding, grouped heads,
+    NaN outside each sequence."""
+    dtype = DTYPES[dtype]
+    batch, heads, kv_heads, capacity = 3, 16, 4, 500
+    generator = torch.Generator(device="cuda").manual_seed(head_dim + q_len)
+    ends = [500, 0, 77]
+    starts = [min(e, 5 * b) for b, e in enumerate(ends)] if leftpad else [0] * batch
+    query = torch.randn(batch, heads, q_len, head_dim, generator=generator, device="cuda",
+                        dtype=dtype)
+    keys = dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator)[0]
+    values = dense_cache(batch, kv_heads, capacity, value_dim, dtype, starts, ends, generator)[0]
+    lookup = {"cache_leftpad": torch.tensor(starts, dtype=torch.int32, device="cuda")} \
+        if leftpad else {}
+    out, lse = attention_with_kvcache(query, keys, values,
+                                      torch.tensor(ends, dtype=torch.int32, device="cuda"),
+                                      is_causal=causal, return_lse=True, **lookup)
+    assert out.shape == (batch, heads, q_len, value_dim) and out.dtype == dtype
+    expected, expected_lse = reference(query, keys, values, starts, ends, causal and q_len > 1,
+                                       1 / math.sqrt(head_dim))
+    assert_close(out, lse, expected, expected_lse, dtype)
+
+
 def assert_close(out, lse, expected, expected_lse, dtype):
     assert not out.isnan().any()
     error = (out.double() - expected).abs().max().item()
@@ -294,7 +324,8 @@ def reference_with_variants(query, keys, values, starts, ends, causal, scale, wi
     keys more than window_left before each row's diagonal (ends[b] - q_len + row) left
     out, and each head's sink in every row's softmax denominator."""
     batch, heads, q_len, _ = query.shape
-    out = torch.zeros(query.shape, dtype=torch.float64, device=query.device)
+    out = torch.zeros(query.shape[:-1] + values.shape[-1:], dtype=torch.float64,
+                      device=query.device)
     lse = torch.zeros(query.shape[:-1], dtype=torch.float64, device=query.device)
     for b in range(batch):
         k, v = (t[b][:, starts[b]:ends[b]].double() for t in (keys, values))

@@ -49,7 +49,9 @@ def test_cpu_tensors_are_refused_last_with_the_device_named():
     (lambda q, k, v: (q, k.bfloat16(), v), TypeError, "must share one dtype: query is "
                                                       "torch.float16, key_cache is torch.bfloat16"),
     (lambda q, k, v: (q, k, v[:, :, :50]), ValueError, "key_cache and value_cache must have "
-                                                       "one shape"),
+                                                       "one shape but for the head dim"),
+    (lambda q, k, v: (q, k, v[..., :44]), ValueError, "value_cache's head dim other than "
+     "key_cache's must be a multiple of 8 up to 256, on a dense cache, got 44"),
     (lambda q, k, v: (q, k.transpose(2, 3).contiguous().transpose(2, 3), v), ValueError,
      "key_cache's last dimension must be contiguous"),
     (lambda q, k, v: (q[..., :44], k[..., :44], v[..., :44]), ValueError,
@@ -96,6 +98,18 @@ def test_cache_leftpad_needs_cache_seqlens_and_is_checked():
 def test_options_are_checked(options, error, message):
     with pytest.raises(error, match=message):
         attention_with_kvcache(*dense(), lengths(), **options)
+
+
+def test_a_value_head_dim_of_its_own_takes_a_dense_cache():
+    query, key_cache, value_cache, table = paged(head_dim=128)
+    with pytest.raises(ValueError, match="a value head dim other than the key's.*take a "
+                                         "dense cache so far"):
+        attention_with_kvcache(query, key_cache, value_cache[..., :64], lengths(),
+                               block_table=table)
+    # on a dense cache it is checked as far as a CPU can go: to the device
+    q, k, v = dense(head_dim=192)
+    with pytest.raises(ValueError, match="query must be on a CUDA device"):
+        attention_with_kvcache(q, k, v[..., :128], lengths())
 
 
 def test_a_paged_cache_needs_lengths_and_a_block_table_of_int32_rows_per_sequence():
@@ -369,9 +383,10 @@ def test_other_head_dims_and_windows_bounded_right_take_a_dense_cache_only(head_
                                                                           options):
     query, k, v, table = paged(head_dim=head_dim)
     query = query.expand(-1, -1, q_len, -1)
-    with pytest.raises(ValueError, match=r"head dims other than \(64, 128, 256\), and a window's "
-                                         r"right side without is_causal, take a dense cache so "
-                                         r"far, not a paged one \(block_table\)"):
+    with pytest.raises(ValueError, match=r"head dims other than \(64, 128, 256\), a value head "
+                                         r"dim other than the key's, and a window's right side "
+                                         r"without is_causal take a dense cache so far, not a "
+                                         r"paged one \(block_table\)"):
         attention_with_kvcache(query, k, v, lengths(), block_table=table, **options)
 
 
