@@ -82,8 +82,10 @@ def quantize_settings(head_dim: int, transpose: bool) -> dict:
 def quantizes_on_the_gpu(x: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether ``quantize_fp8`` takes x into out: a CUDA x of a 16- or 32-bit float dtype,
     its last dimension contiguous, on a GPU with cuTile's float8 (sm_90 on), within the
-    grid's and cuTile's 32-bit limits (anything else, the same in PyTorch operations)."""
-    return (x.is_cuda and x.dtype in QUANTIZE_DTYPES and x.stride(-1) == 1 and x.numel() > 0
+    grid's and cuTile's 32-bit limits, outside a torch.compile trace (anything else, the
+    same values in PyTorch operations, which a compiled graph fuses)."""
+    return (x.is_cuda and not torch.compiler.is_compiling() and x.dtype in QUANTIZE_DTYPES
+            and x.stride(-1) == 1 and x.numel() > 0
             and max(x.shape[:2]) <= MAX_GRID_YZ and not past_32_bits(x)
             and not past_32_bits(out)
             and int(device_facts(x.device)[0].removeprefix("sm_")) >= FIRST_FP8_ARCH)

@@ -130,6 +130,17 @@ def test_to_fp8_on_the_gpu_gives_the_pytorch_formulas_bits(dtype, head_dim, seq_
         assert torch.equal(x8.view(torch.uint8), expected.view(torch.uint8))
 
 
+def test_to_fp8_under_torch_compile_gives_the_kernels_bits():
+    """A compiled graph runs the PyTorch formula (no launch inside the trace): the same
+    values as the kernel's, both layouts."""
+    x = torch.randn(2, 4, 300, 128, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(to_fp8, fullgraph=True)
+    for transpose in (False, True):
+        eager, traced = to_fp8(x, transpose=transpose), compiled(x, transpose=transpose)
+        assert torch.equal(eager[0].view(torch.uint8), traced[0].view(torch.uint8))
+        assert torch.equal(eager[1], traced[1])
+
+
 def test_descales_default_to_one_and_are_applied():
     generator = torch.Generator(device="cuda").manual_seed(3)
     q8, k8, v8 = (torch.randn(1, 2, 128, 128, generator=generator, device="cuda")
