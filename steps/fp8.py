@@ -11,6 +11,7 @@ import torch
 
 from ..kernels import fp8 as kernels
 from ..platforms import PlatformEntry
+from .decode import power_of_two_at_least
 from .definitions import QUERY_TILE_STEP, launch_of
 from .family import FORWARD_FP8, FP8_QUANTIZE, UNUSED_ARRAY, forward_constants
 from .launcher import (MAX_GRID_YZ, current_stream, device_facts, on_device, past_32_bits,
@@ -74,7 +75,7 @@ QUANTIZE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 def quantize_settings(head_dim: int, transpose: bool) -> dict:
     """The quantization kernel's constants for `head_dim`: D rounded up to a power of two,
     rows per CTA, the layout."""
-    tile_d = 1 << max(head_dim - 1, 0).bit_length()
+    tile_d = power_of_two_at_least(head_dim)
     return {"TILE_S": max(16, QUANTIZE_TILE_ELEMENTS // tile_d), "TILE_D": tile_d,
             "TRANSPOSE": transpose}
 
