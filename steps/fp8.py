@@ -22,9 +22,14 @@ from .launcher import (MAX_GRID_YZ, current_stream, device_facts, on_device, pas
 FIRST_FP8_ARCH = 90
 
 
+def has_float8(arch: str) -> bool:
+    """Whether cuTile has float8 types on `arch` (sm_90 on)."""
+    return int(arch.removeprefix("sm_")) >= FIRST_FP8_ARCH
+
+
 def check_fp8_arch(arch: str) -> None:
     """A clear error where cuTile has no float8 (before sm_90)."""
-    if int(arch.removeprefix("sm_")) < FIRST_FP8_ARCH:
+    if not has_float8(arch):
         raise ValueError(f"attention_fp8 needs a GPU of sm_{FIRST_FP8_ARCH} or newer (cuTile's "
                          f"float8 types), this one is {arch}")
 
@@ -91,7 +96,7 @@ def quantizes_on_the_gpu(x: torch.Tensor, out: torch.Tensor) -> bool:
             and x.stride(-1) == 1 and x.numel() > 0
             and max(x.shape[:2]) <= MAX_GRID_YZ and not past_32_bits(x)
             and not past_32_bits(out)
-            and int(device_facts(x.device)[0].removeprefix("sm_")) >= FIRST_FP8_ARCH)
+            and has_float8(device_facts(x.device)[0]))
 
 
 def quantize_fp8(x: torch.Tensor, descale: torch.Tensor, out: torch.Tensor, *,
