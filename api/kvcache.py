@@ -29,6 +29,13 @@ MAX_SPLITS = 64
 MIN_BLOCK_SIZE = 16  # each block's rows are one TMA load (kernels/decode.py)
 
 
+def decodes_head_dim(head_dim: int) -> bool:
+    """Whether the decode kernel runs a query/key or value head dim: one of HEAD_DIMS, or a
+    multiple of PADDED_HEAD_DIM_MULTIPLE below the widest, on tiles padded to the next of
+    HEAD_DIMS (``tile_head_dim``: the loads give zeros past the last column)."""
+    return 0 < head_dim <= HEAD_DIMS[-1] and head_dim % PADDED_HEAD_DIM_MULTIPLE == 0
+
+
 def columns(heads: int, kv_heads: int, q_len: int) -> int:
     """The query columns of one decode CTA: group heads x query rows, each rounded up to a
     power of two."""
@@ -45,7 +52,7 @@ def _decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Ten
     """(out, lse); lse is an empty tensor unless with_lse; the variants as
     ``Variants.operator_arguments`` gives them. What torch.compile sees."""
     variants = Variants.of_operator_arguments(window_left, window_right, softcap, sinks)
-    shape = _decode_shape(query, key_cache, block_table, key_starts is not None,
+    shape = _decode_shape(query, key_cache, value_cache, block_table, key_starts is not None,
                           key_ends is not None, causal, with_lse, num_splits, variants)
     out, lse = decode_forward(query, key_cache, value_cache, shape, scale=scale,
                               key_starts=key_starts, key_ends=key_ends, block_table=block_table,
@@ -57,11 +64,12 @@ def _decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Ten
 def _(query, key_cache, value_cache, key_starts, key_ends, block_table, causal, scale,
       num_splits, with_lse, sinks, window_left, window_right, softcap):
     lse_shape = query.shape[:-1] if with_lse else (0,)
-    return torch.empty_like(query), query.new_empty(lse_shape, dtype=torch.float32)
+    return (query.new_empty((*query.shape[:-1], value_cache.shape[-1])),
+            query.new_empty(lse_shape, dtype=torch.float32))
 
 
-def _decode_shape(query, key_cache, block_table, has_starts, has_lengths, causal, with_lse,
-                  num_splits, variants: Variants | None = None):
+def _decode_shape(query, key_cache, value_cache, block_table, has_starts, has_lengths, causal,
+                  with_lse, num_splits, variants: Variants | None = None):
     batch, heads, q_len, head_dim = query.shape
     paged = block_table is not None
     kv_heads = key_cache.shape[2] if paged else key_cache.shape[1]
@@ -70,7 +78,9 @@ def _decode_shape(query, key_cache, block_table, has_starts, has_lengths, causal
                        q_len=q_len, capacity=capacity,
                        block_size=key_cache.shape[1] if paged else None, causal=causal,
                        has_starts=has_starts, has_lengths=has_lengths, write_lse=with_lse,
-                       num_splits=num_splits, variants=variants)
+                       num_splits=num_splits, variants=variants,
+                       value_head_dim=None if value_cache.shape[-1] == head_dim
+                       else value_cache.shape[-1])
 
 
 def _check_tensor(name, t, dims: int, what: str):
@@ -110,20 +120,14 @@ def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_left
     if key_cache.shape[:-1] != value_cache.shape[:-1]:
         raise ValueError(f"key_cache and value_cache must have one shape but for the head dim, "
                          f"got {tuple(key_cache.shape)} and {tuple(value_cache.shape)}")
-    value_dim = value_cache.shape[-1]
-    if value_dim != key_cache.shape[-1] and (
-            paged or value_dim > HEAD_DIMS[-1] or value_dim % PADDED_HEAD_DIM_MULTIPLE):
-        raise ValueError(f"value_cache's head dim other than key_cache's must be a multiple of "
-                         f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]}, on a dense cache, "
-                         f"got {value_dim} (key_cache's {key_cache.shape[-1]})"
-                         + (" with a paged cache" if paged else ""))
     batch, heads, q_len, head_dim = query.shape
-    if head_dim not in HEAD_DIMS and (paged or head_dim > HEAD_DIMS[-1]
-                                      or head_dim % PADDED_HEAD_DIM_MULTIPLE):
-        raise ValueError(f"head dim (last dimension of query) must be one of {HEAD_DIMS}, or "
-                         f"on a dense cache a multiple of {PADDED_HEAD_DIM_MULTIPLE} up to "
-                         f"{HEAD_DIMS[-1]}, got {head_dim}" + (" with a paged cache" if paged
-                                                              else ""))
+    if not decodes_head_dim(head_dim):
+        raise ValueError(f"head dim (last dimension of query) must be a multiple of "
+                         f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]}, got {head_dim}")
+    value_dim = value_cache.shape[-1]
+    if not decodes_head_dim(value_dim):
+        raise ValueError(f"value_cache's head dim must be a multiple of "
+                         f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]}, got {value_dim}")
     if key_cache.shape[-1] != head_dim:
         raise ValueError(f"key_cache's head dim must be query's {head_dim}, got shape "
                          f"{tuple(key_cache.shape)}")
@@ -169,7 +173,7 @@ def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_left
                                         ("block_table", block_table),
                                         ("cache_leftpad", cache_leftpad)) if t is not None]
     _check_devices(named)
-    shape = _decode_shape(query, key_cache, block_table, cache_leftpad is not None,
+    shape = _decode_shape(query, key_cache, value_cache, block_table, cache_leftpad is not None,
                           cache_seqlens is not None, is_causal and q_len > 1, return_lse,
                           None if num_splits is None else int(num_splits))
     return shape, scale
@@ -184,15 +188,15 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
 
     query: (batch, heads, q_len, D), q_len from 1 to a few dozen (speculative decoding,
     chunked prefill tails: up to 128 columns per CTA, heads per K/V head times q_len, each
-    rounded up to a power of two); float16 or bfloat16, last dimension contiguous; D 64,
-    128 or 256, or on a dense cache any multiple of 8 up to 256 (80, 96, 192: the
-    variable-length kernel on the cache, as for the variants below).
+    rounded up to a power of two); float16 or bfloat16, last dimension contiguous; D any
+    multiple of 8 up to 256 (80, 96, 192 run on tiles of the next of 64, 128 and 256,
+    reading only the cache's own columns).
     key_cache, value_cache: the cache, already holding the new tokens' keys and values
     (appending is the caller's, as transformers' and vLLM's caches do it; cache_seqlens
     counts them): dense (batch, kv_heads, max_len, D), transformers' layout; or paged
     (num_blocks, block_size, kv_heads, D) with `block_table`, flash-attn's and vLLM's.
     value_cache may have a head dim D_v of its own (DeepSeek's 192/128: any multiple of 8
-    up to 256) on a dense cache, through the variable-length kernel; the output has D_v.
+    up to 256), dense or paged; the output has D_v.
     kv_heads divides heads: each K/V byte is read once for all the query heads sharing it.
     cache_seqlens: int32 (batch,) on the device, each sequence's number of keys; None (a
         dense cache only): every sequence fills the cache.
@@ -265,11 +269,10 @@ def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cac
     """attention_with_kvcache's arguments checked, and which kernel runs them."""
     checked = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
                is_causal, scale, num_splits, return_lse)
-    varlen = _needs_varlen(query, value_cache, is_causal, window_size)
+    varlen = _needs_varlen(query, is_causal, window_size)
     if varlen and block_table is not None:
-        raise ValueError(f"head dims other than {HEAD_DIMS}, a value head dim other than the "
-                         f"key's, and a window's right side without is_causal take a dense "
-                         f"cache so far, not a paged one (block_table)")
+        raise ValueError("a window's right side without is_causal takes a dense cache so far, "
+                         "not a paged one (block_table)")
     shape, scale = _check(*checked)
     variants = _check_variants_of(query, window_size, softcap, sinks)
     if varlen:
@@ -282,17 +285,14 @@ def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cac
 _CALLS: dict[tuple, _Call] = {}
 
 
-def _needs_varlen(query, value_cache, is_causal, window_size) -> bool:
-    """Whether a call runs the variable-length kernel: at a head dim the decode kernel does
-    not run (a value head dim other than the key's among them), or with a window bounded
-    on the right without is_causal for more than one query row (the decode kernel's window
-    has the causal mask's right side). False where the arguments are not what they should
-    be: the checks say so."""
+def _needs_varlen(query, is_causal, window_size) -> bool:
+    """Whether a call runs the variable-length kernel: with a window bounded on the right
+    without is_causal for more than one query row (the decode kernel's window has the
+    causal mask's right side). False where the arguments are not what they should be: the
+    checks say so."""
     shape = getattr(query, "shape", ())
     if len(shape) != 4:
         return False
-    if shape[-1] not in HEAD_DIMS or getattr(value_cache, "shape", shape)[-1:] != shape[-1:]:
-        return True
     right = window_size[1] if isinstance(window_size, (tuple, list)) and \
         len(window_size) == 2 else -1
     return right != -1 and is_causal is False and shape[2] > 1
@@ -300,9 +300,8 @@ def _needs_varlen(query, value_cache, is_causal, window_size) -> bool:
 
 def _through_varlen(query, key_cache, value_cache, cache_seqlens, cache_leftpad, is_causal,
                     scale: float, return_lse: bool, variants: Variants, sinks):
-    """(out, lse or None) of a checked attention_with_kvcache call at a head dim the decode
-    kernel does not run, or with a window whose right side is not the causal mask's,
-    through the variable-length kernel: each batch row one sequence, its queries rows
+    """(out, lse or None) of a checked attention_with_kvcache call with a window whose
+    right side is not the causal mask's, through the variable-length kernel: each batch row one sequence, its queries rows
     0..q_len-1, its keys cache_leftpad..cache_seqlens-1 (clamped to the cache on the
     device)."""
     batch, _, q_len, _ = query.shape

@@ -297,7 +297,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     elif attention_mask is None and query.shape[0] == 1 and (
             found := packed_sequences_of_positions(kwargs.get("position_ids"), q_len)) is not None:
         packed = (found[0], found[0], found[1], found[1])
-    decode = (q_len <= DECODE_MAX_QUERY and query.shape[-1] in kvcache.HEAD_DIMS
+    decode = (q_len <= DECODE_MAX_QUERY and kvcache.decodes_head_dim(query.shape[-1])
+              and kvcache.decodes_head_dim(value.shape[-1])
               and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS
               and not needs_grad(query, key, value))
     variants, sinks = _layer_variants(query, is_causal, **kwargs)

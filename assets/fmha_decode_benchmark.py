@@ -3,6 +3,7 @@
     python assets/fmha_decode_benchmark.py                     # the default grid, bf16, D=128
     python assets/fmha_decode_benchmark.py --batch 1 16 --cache 4096 32768 --json out.json
     python assets/fmha_decode_benchmark.py --q-len 1 4 8 16 --batch 16   # speculative decoding
+    python assets/fmha_decode_benchmark.py --head-dim 192 --value-head-dim 128   # DeepSeek's
 
 One query token per sequence (or --q-len new tokens: speculative decoding, each seeing its
 cache causally, aligned to the cache's last key) against caches of each length: dense
@@ -46,6 +47,8 @@ def parse(argv=None):
                         help="query heads (8 K/V heads)")
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--value-head-dim", type=int,
+                        help="value_cache's head dim, if not --head-dim's (192/128: DeepSeek's)")
     parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
     parser.add_argument("--block-sizes", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--q-len", type=int, nargs="+", default=[1],
@@ -103,7 +106,7 @@ def time_case(args, heads, batch, cache, q_len, layout, block_size, fa4):
     from cutile_fmha import attention_with_kvcache
 
     dtype = getattr(torch, args.dtype)
-    kv_heads, head_dim = args.kv_heads, args.head_dim
+    kv_heads, head_dim, value_dim = args.kv_heads, args.head_dim, value_head_dim(args)
     generator = torch.Generator(device="cuda").manual_seed(batch * cache)
     query = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=dtype,
                         generator=generator)
@@ -114,14 +117,14 @@ def time_case(args, heads, batch, cache, q_len, layout, block_size, fa4):
     lengths = lengths.to(torch.int32)
     if layout == "paged":
         per_sequence = math.ceil(cache / block_size)
-        shape = (batch * per_sequence, block_size, kv_heads, head_dim)
+        shape = (batch * per_sequence, block_size, kv_heads)
         table = torch.randperm(batch * per_sequence, device="cuda", generator=generator)
         options = {"block_table": table.reshape(batch, per_sequence).int()}
     else:
-        shape, options = (batch, kv_heads, cache, head_dim), {}
-    keys, values = (torch.randn(shape, device="cuda", dtype=dtype, generator=generator)
-                    for _ in range(2))
-    read = 2 * kv_heads * head_dim * dtype.itemsize * lengths.sum().item()
+        shape, options = (batch, kv_heads, cache), {}
+    keys, values = (torch.randn(*shape, d, device="cuda", dtype=dtype, generator=generator)
+                    for d in (head_dim, value_dim))
+    read = kv_heads * (head_dim + value_dim) * dtype.itemsize * lengths.sum().item()
     timings = {"ours": lambda: attention_with_kvcache(query, keys, values, lengths, **options)}
     if layout == "dense":
         timings |= sdpa_calls(query, keys, values)
@@ -140,6 +143,10 @@ def time_case(args, heads, batch, cache, q_len, layout, block_size, fa4):
             print(f"{name} failed on {heads}/{batch}/{cache}/{q_len}/{layout}: "
                   f"{measure.one_line(error)}")
     return read, seconds
+
+
+def value_head_dim(args) -> int:
+    return args.value_head_dim or args.head_dim
 
 
 def host_microseconds(fn, calls: int = 300) -> float:
@@ -204,11 +211,12 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name()
     peak = hbm_peak(name)
     fa4 = measure.flash_attention_4()
-    print(f"{name}, HBM peak {peak / 1e12 if peak else float('nan'):.2f} TB/s; FA4 "
+    print(f"{name}, HBM peak {peak / 1e12 if peak else float('nan'):.2f} TB/s; {args.dtype}, "
+          f"D={args.head_dim}, D_v={value_head_dim(args)}; FA4 "
           f"{'staged' if fa4 else 'not importable: skipped'}")
     rows = []
     for heads, batch, cache, q_len, layout, block_size in tqdm(list(cases(args)), desc="decode"):
-        gib = 2 * batch * args.kv_heads * cache * args.head_dim * 2 / 2**30
+        gib = batch * args.kv_heads * cache * (args.head_dim + value_head_dim(args)) * 2 / 2**30
         if gib > args.max_gib:
             tqdm.write(f"skipped {heads}/{args.kv_heads} heads, batch {batch}, cache {cache}: "
                        f"{gib:.0f} GiB of cache > --max-gib {args.max_gib}")
@@ -229,7 +237,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "hbm_peak": peak, "dtype": args.dtype,
-                       "head_dim": args.head_dim, "rows": rows}, f, indent=1)
+                       "head_dim": args.head_dim, "value_head_dim": value_head_dim(args),
+                       "rows": rows}, f, indent=1)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=sorted({k for row in rows for k in row}))

@@ -144,11 +144,11 @@ def tile_scores(K, BlockTable, q_t, tile, offset, batch, kv_head, start, end, la
 
 
 def add_values(V, BlockTable, p, acc, tile, offset, in_sequence, batch, kv_head,
-               ROWS: ConstInt, TILE_N: ConstInt, TILE_D: ConstInt, PAGED: ConstBool,
+               ROWS: ConstInt, TILE_N: ConstInt, TILE_DV: ConstInt, PAGED: ConstBool,
                BLOCK_SIZE: ConstInt, MASKED: ConstBool):
     """acc + V^T P^T over key tile `tile`'s ROWS keys from `offset` on (under MASKED, V rows
     outside the sequence zeroed: a cache's unused slots may hold NaN)."""
-    v = load_tile_rows(V, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, TILE_D,
+    v = load_tile_rows(V, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, TILE_DV,
                        PAGED, BLOCK_SIZE)
     if MASKED:
         v = ct.where(in_sequence, v, 0.0)
@@ -157,10 +157,10 @@ def add_values(V, BlockTable, p, acc, tile, offset, in_sequence, batch, kv_head,
 
 def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_head, start,
            end, last_key, qk_scale_log2, tanh_scale, window_left, TILE_D: ConstInt,
-           TILE_N: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
-           SOFTCAP: ConstBool, WINDOW: ConstBool, MASKED: ConstBool):
+           TILE_DV: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool,
+           BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool, WINDOW: ConstBool, MASKED: ConstBool):
     """Key tiles first_tile..end_tile-1 into the running column statistics (m, l: (1, M))
-    and acc (TILE_D, M); with MASKED, keys outside start..end-1, past each column's
+    and acc (TILE_DV, M); with MASKED, keys outside start..end-1, past each column's
     `last_key` and (WINDOW) more than window_left before it count for nothing.
     A paged tile of two blocks of at least 64 keys (a warpgroup product's M side each) runs
     as two products per matrix, each on its block's own TMA load: joined with ct.cat, the
@@ -170,7 +170,7 @@ def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_hea
     keys = (K, BlockTable, q_t)
     where = (batch, kv_head, start, end, last_key, tanh_scale, window_left, rows, TILE_N,
              TILE_D, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, MASKED)
-    values = (batch, kv_head, rows, TILE_N, TILE_D, PAGED, BLOCK_SIZE, MASKED)
+    values = (batch, kv_head, rows, TILE_N, TILE_DV, PAGED, BLOCK_SIZE, MASKED)
     for j in range(first_tile, end_tile):
         s, in_sequence = tile_scores(*keys, j, 0, *where)
         tile_max = ct.max(s, axis=0, keepdims=True)
@@ -194,10 +194,10 @@ def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_hea
 
 def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi, batch,
                 kv_head, end, q_len, column, qk_scale_log2, tanh_scale, window_left, sink_log2,
-                TILE_D: ConstInt, TILE_N: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool,
-                PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool, WINDOW: ConstBool,
-                SINKS: ConstBool):
-    """(m, l: (M, 1); acc: (M, TILE_D)) of the M columns of q (M, TILE_D) as rows, over key
+                TILE_D: ConstInt, TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_ROWS: ConstInt,
+                CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool,
+                WINDOW: ConstBool, SINKS: ConstBool):
+    """(m, l: (M, 1); acc: (M, TILE_DV)) of the M columns of q (M, TILE_D) as rows, over key
     tiles lo..hi-1 of one sequence's `end` keys, by step 9's key loop: the tiles from
     unmasked_lo to unmasked_hi - 1 every row sees whole. Row c is column c of the
     transposed kernel: its last key is end - q_len + c % QUERY_ROWS. K, V: the sequence's
@@ -212,7 +212,7 @@ def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
         first_split = (ct.full((columns, 1), 0, dtype=ct.int32) + split) == 0
         m = ct.where(first_split, sink_log2, m)
         l = ct.where(first_split, 1.0, l)
-    acc = ct.full((columns, TILE_D), 0.0, dtype=ct.float32)
+    acc = ct.full((columns, TILE_DV), 0.0, dtype=ct.float32)
     keys = ct.arange(TILE_N, dtype=ct.int32)[None, :]
     # The masked tiles up to head_end and tail_end; under PAGED the tile past them, which
     # holds rows past the last key (none when the sequence ends on a tile boundary), after.
@@ -221,7 +221,7 @@ def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
         ragged, sequence, block_rows = end // TILE_N, batch, BLOCK_SIZE
         head_end, tail_end = min(unmasked_lo, ragged), min(hi, ragged)
     # No key right of the last: the window's right side is the causal mask (or none).
-    seen, scores = (sequence, kv_head, end, last_key), (qk_scale_log2, TILE_D, 0, TILE_D, columns)
+    seen, scores = (sequence, kv_head, end, last_key), (qk_scale_log2, TILE_D, 0, TILE_DV, columns)
     where = seen + (keys,) + scores + (TILE_N, CAUSAL)
     variants = (False, 0, SOFTCAP, tanh_scale, WINDOW, window_left, 1 << 30, True)
     pages = (BlockTable, block_rows)
@@ -260,16 +260,19 @@ def normalized(m, l, acc):
 @ct.kernel
 def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable, Sinks,
            qk_scale: float, softcap: float, window_left: int, TILE_D: ConstInt,
-           TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt, QUERY_ROWS: ConstInt,
-           CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, HAS_STARTS: ConstBool,
-           HAS_LENGTHS: ConstBool, SPLIT: ConstBool, WRITE_LSE: ConstBool, SOFTCAP: ConstBool,
-           WINDOW: ConstBool, SINKS: ConstBool, QUERIES_ON_M: ConstBool):
-    """Q, Out: (batch, heads, q_len, D), any strides; Lse: (batch, heads, q_len) float32;
-    Partial, PartialLse: (batch, kv_heads, splits, M, D) and (.., M) float32 with M =
-    GROUP_TILE * QUERY_ROWS (written instead of Out and Lse under SPLIT); Sinks: (heads,)
-    float32 under SINKS. QUERIES_ON_M: the columns are the products' M side, S = Q K^T,
-    and the key loop is step 9's (``attend_rows``); paged, only with keys from 0 (not
-    HAS_STARTS: a block's rows before a sequence's first key would be read as keys)."""
+           TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt,
+           QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
+           HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool, SPLIT: ConstBool, WRITE_LSE: ConstBool,
+           SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool, QUERIES_ON_M: ConstBool):
+    """Q: (batch, heads, q_len, D), Out: (batch, heads, q_len, D_v), any strides; Lse:
+    (batch, heads, q_len) float32; Partial, PartialLse: (batch, kv_heads, splits, M, D_v)
+    and (.., M) float32 with M = GROUP_TILE * QUERY_ROWS (written instead of Out and Lse
+    under SPLIT); Sinks: (heads,) float32 under SINKS. TILE_D and TILE_DV: Q's and K's,
+    and V's, tile widths, powers of two at least D and D_v: the loads give zeros past a
+    head dim's last column and the stores leave those columns out (D=96 runs 128).
+    QUERIES_ON_M: the columns are the products' M side, S = Q K^T, and the key loop is step
+    9's (``attend_rows``); paged, only with keys from 0 (not HAS_STARTS: a block's rows
+    before a sequence's first key would be read as keys)."""
     split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if SPLIT:  # the merge's CTAs may start now, and wait on the GPU for this grid's end
         ct.grid_dependency_control_launch_dependents()
@@ -312,8 +315,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     if QUERIES_ON_M:
         m, l, acc = attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
                                 batch, kv_head, end, q_len, column, qk_scale_log2, tanh_scale,
-                                window_left, sink_log2, TILE_D, TILE_N, QUERY_ROWS, CAUSAL,
-                                PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, SINKS)
+                                window_left, sink_log2, TILE_D, TILE_DV, TILE_N, QUERY_ROWS,
+                                CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, SINKS)
         out, lse_log2 = normalized(m, l, acc)
         lse_log2 = ct.transpose(lse_log2)
     else:
@@ -324,11 +327,12 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
             first_split = (ct.full((1, columns), 0, dtype=ct.int32) + split) == 0
             m = ct.where(first_split, ct.transpose(sink_log2), m)
             l = ct.where(first_split, 1.0, l)
-        acc = ct.full((TILE_D, columns), 0.0, dtype=ct.float32)
+        acc = ct.full((TILE_DV, columns), 0.0, dtype=ct.float32)
         q_t = ct.transpose(q)
         shared = (K, V, BlockTable)
         settings = (batch, kv_head, start, end, last_key, qk_scale_log2, tanh_scale,
-                    window_left, TILE_D, TILE_N, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW)
+                    window_left, TILE_D, TILE_DV, TILE_N, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP,
+                    WINDOW)
         m, l, acc = attend(*shared, q_t, m, l, acc, lo, unmasked_lo, *settings, True)
         m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
         m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_hi, hi, *settings, True)
@@ -336,18 +340,20 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         out = ct.transpose(out)
     if SPLIT:
         ct.store(Partial, index=(batch, kv_head, split, 0, 0),
-                 tile=out.reshape((1, 1, 1, columns, TILE_D)))
+                 tile=out.reshape((1, 1, 1, columns, TILE_DV)))
         ct.store(PartialLse, index=(batch, kv_head, split, 0),
                  tile=lse_log2.reshape((1, 1, 1, columns)))
     else:
-        ct.scatter(Out, (batch, head, query_row, dims), out.astype(Out.dtype), mask=is_query)
+        value_dims = ct.arange(TILE_DV, dtype=ct.int32)[None, :]
+        ct.scatter(Out, (batch, head, query_row, value_dims), out.astype(Out.dtype),
+                   mask=is_query)
         if WRITE_LSE:
             ct.scatter(Lse, (batch, head, query_row), (lse_log2 * LN_2).reshape((columns, 1)),
                        mask=is_query)
 
 
 @ct.kernel
-def merge_splits(Partial, PartialLse, Out, Lse, TILE_D: ConstInt, SPLITS_TILE: ConstInt,
+def merge_splits(Partial, PartialLse, Out, Lse, TILE_DV: ConstInt, SPLITS_TILE: ConstInt,
                  QUERY_GROUP: ConstInt, QUERY_ROWS: ConstInt, WRITE_LSE: ConstBool):
     """One query row of one head: the splits' outputs weighted by their share of the
     softmax denominator, exp2(lse_split - lse) (Out, Lse and the buffers as in decode)."""
@@ -359,17 +365,17 @@ def merge_splits(Partial, PartialLse, Out, Lse, TILE_D: ConstInt, SPLITS_TILE: C
     lse = ct.gather(PartialLse, (batch, kv_head, ct.arange(SPLITS_TILE, dtype=ct.int32), column),
                     padding_value=-math.inf)
     partial = ct.load(Partial, index=(batch, kv_head, 0, column, 0),
-                      shape=(1, 1, SPLITS_TILE, 1, TILE_D), padding_mode=ZERO)
+                      shape=(1, 1, SPLITS_TILE, 1, TILE_DV), padding_mode=ZERO)
     largest = ct.max(lse)
     largest = ct.where(largest == -math.inf, 0.0, largest)
     weights = ct.exp2(lse - largest, flush_to_zero=True)
     total = ct.sum(weights)
     seen = total > 0.0
-    out = ct.sum(partial.reshape((SPLITS_TILE, TILE_D)) * weights[:, None], axis=0)
+    out = ct.sum(partial.reshape((SPLITS_TILE, TILE_DV)) * weights[:, None], axis=0)
     out = ct.where(seen, out / ct.where(seen, total, 1.0), 0.0)
     head = kv_head * QUERY_GROUP + head_in_group
     ct.store(Out, index=(batch, head, query_row, 0),
-             tile=out.reshape((1, 1, 1, TILE_D)).astype(Out.dtype))
+             tile=out.reshape((1, 1, 1, TILE_DV)).astype(Out.dtype))
     if WRITE_LSE:
         log_sum = ct.where(seen, (largest + ct.log2(ct.where(seen, total, 1.0))) * LN_2,
                            -math.inf)

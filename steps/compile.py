@@ -162,15 +162,17 @@ def compile_padding_runs(arch: str, *, mask_dtype: str) -> bytes:
 def compile_decode(arch: str, *, dtype: str, head_dim: int, kv_heads: int = 8, group: int = 4,
                    q_len: int = 1, block_size: int | None = None, causal: bool = False,
                    has_starts: bool = False, has_lengths: bool = True, splits: int = 1,
-                   write_lse: bool = False,
-                   variants: Variants = NO_VARIANTS) -> tuple[bytes, bytes]:
+                   write_lse: bool = False, variants: Variants = NO_VARIANTS,
+                   value_head_dim: int | None = None) -> tuple[bytes, bytes]:
     """The cubins of the decode kernel and of its split merge for `arch`, at the launch the
-    table gives there (kernels/decode.py), with `variants` compiled in."""
+    table gives there (kernels/decode.py), with `variants` compiled in; `value_head_dim`:
+    V's, if not head_dim."""
     shape = DecodeShape(batch=1, head_dim=head_dim, kv_heads=kv_heads, group=group, q_len=q_len,
                         capacity=splits * 4096, block_size=block_size, causal=causal,
                         has_starts=has_starts, has_lengths=has_lengths, write_lse=write_lse,
-                        num_splits=splits, variants=variants)
-    plan = decode_plan(shape, entry_for(arch).decode[head_dim], sms=132, device=None)
+                        num_splits=splits, variants=variants, value_head_dim=value_head_dim)
+    plan = decode_plan(shape, entry_for(arch).decode[shape.launch_head_dim], sms=132,
+                       device=None)
     return (export_cubin(plan.kernel, DECODE, dtype=dtype, constants=plan.constants, arch=arch),
             export_cubin(decode_kernels.merge_splits, MERGE_SPLITS, dtype=dtype,
                          constants=plan.merge_constants, arch=arch))

@@ -16,6 +16,7 @@ import torch
 
 from ..kernels import decode as kernels
 from ..platforms import DecodeLaunch, entry_for
+from ..platforms.entry import launch_head_dim, tile_head_dim
 from .family import DECODE, MERGE_SPLITS, UNUSED_ARRAY, KeptArray
 from .launcher import current_stream, device_facts, remember, sinks_argument, with_hints
 from .variants import NO_VARIANTS, Variants
@@ -38,7 +39,7 @@ def power_of_two_at_least(n: int) -> int:
 class DecodeShape:
     """What a decode launch depends on besides the tensors' addresses."""
     batch: int
-    head_dim: int
+    head_dim: int  # of the query and key_cache
     kv_heads: int
     group: int  # query heads per K/V head
     q_len: int
@@ -52,10 +53,20 @@ class DecodeShape:
     # softcap, sinks and a window whose right side the causal mask (or the last key) is;
     # None: none (not NO_VARIANTS: dynamo cannot build a default it has no source for)
     variants: Variants | None = None
+    value_head_dim: int | None = None  # of value_cache and the output; None: head_dim
 
     @property
     def asked(self) -> Variants:
         return NO_VARIANTS if self.variants is None else self.variants
+
+    @property
+    def value_dim(self) -> int:
+        return self.head_dim if self.value_head_dim is None else self.value_head_dim
+
+    @property
+    def launch_head_dim(self) -> int:
+        """The head dim of the platform entry's decode launch this shape takes."""
+        return launch_head_dim(self.head_dim, self.value_dim)
 
 
 @dataclass
@@ -68,7 +79,7 @@ class DecodePlan:
     constants: dict
     merge_grid: tuple[int, int, int]
     merge_constants: dict
-    split_buffer_shape: tuple[int, ...] | None  # (batch, kv_heads, splits, columns, D)
+    split_buffer_shape: tuple[int, ...] | None  # (batch, kv_heads, splits, columns, D_v)
     device: torch.device
     variant_scalars: dict  # the variants' run-time arguments (Variants.scalars)
     # The merge launched programmatically (sm_90 and later): its CTAs start while the
@@ -146,9 +157,10 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                                                 has_starts=shape.has_starts)
     if shape.block_size is not None:
         tile_n = min(tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
-    common = {"TILE_D": shape.head_dim, "QUERY_GROUP": shape.group, "QUERY_ROWS": query_rows,
-              "WRITE_LSE": shape.write_lse}
-    constants = common | {"TILE_N": tile_n, "GROUP_TILE": group_tile, "CAUSAL": shape.causal,
+    common = {"TILE_DV": tile_head_dim(shape.value_dim), "QUERY_GROUP": shape.group,
+              "QUERY_ROWS": query_rows, "WRITE_LSE": shape.write_lse}
+    constants = common | {"TILE_D": tile_head_dim(shape.head_dim), "TILE_N": tile_n,
+                          "GROUP_TILE": group_tile, "CAUSAL": shape.causal,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
                           "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1,
@@ -162,7 +174,7 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
         constants=constants, merge_grid=MERGE_SPLITS.grid(sizes | merge_constants),
         merge_constants=merge_constants,
         split_buffer_shape=(shape.batch, shape.kv_heads, splits, columns,
-                            shape.head_dim) if splits > 1 else None,
+                            shape.value_dim) if splits > 1 else None,
         device=device,
         variant_scalars=shape.asked.scalars(q_rows=shape.q_len, k_rows=WINDOW_REACH,
                                             causal=True),
@@ -185,7 +197,7 @@ def _cached_plan(shape: DecodeShape, device: torch.device,
     plan = _PLANS.get(key)
     if plan is None:
         arch, sms = device_facts(device)
-        launch = launch or entry_for(arch).decode[shape.head_dim]
+        launch = launch or entry_for(arch).decode[shape.launch_head_dim]
         splits = shape.num_splits or rule_splits(shape, launch, sms)
         capacity = launch.long_capacity(shape.capacity, splits)
         plan = _plan_of_splits(replace(shape, capacity=capacity, num_splits=splits), device,
@@ -212,7 +224,8 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
                    key_starts=None, key_ends=None, block_table=None, sinks=None,
                    launch: DecodeLaunch | None = None, keep_buffers: bool = True):
     """(out, lse or None) of q (batch, heads, q_len, D) against the cache; `shape` says
-    the rest (checked by the caller: cutile_fmha.kvcache). out is like q; lse is (batch,
+    the rest (checked by the caller: cutile_fmha.kvcache). out is like q, with value_cache's
+    head dim D_v; lse is (batch,
     heads, q_len) float32. key_starts/key_ends: int32 (batch,), where each sequence's keys
     start and end, when shape.has_starts/has_lengths; sinks: (heads,) under
     shape.asked.sinks. `launch`: another than this GPU's platform entry's (the
@@ -221,7 +234,8 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
     plan = _cached_plan(shape, device, launch)
     stream = current_stream(device)
     partial, partial_lse = plan.split_buffers(stream, keep_buffers)
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if shape.value_head_dim is None else \
+        q.new_empty((*q.shape[:-1], shape.value_head_dim))
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if shape.write_lse \
         else UNUSED_ARRAY
     arrays = (q, key_cache, value_cache, out, lse, partial, partial_lse,

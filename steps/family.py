@@ -450,14 +450,14 @@ def packed(family: KernelFamily) -> KernelFamily:
         if isinstance(p, Tensor) and p.name in PACKED_RANKS else p for p in family.parameters))
 
 
-# Decoding from a KV cache (kernels/decode.py). Q, Out: (batch, heads, q_len, D), Lse
-# (batch, heads, q_len); K, V: the dense cache (batch, kv_heads, capacity, D) or, under
-# PAGED, the paged one (blocks, BLOCK_SIZE, kv_heads, D) with BlockTable (batch, blocks per
-# sequence).
+# Decoding from a KV cache (kernels/decode.py). Q: (batch, heads, q_len, D), Out: the same
+# with V's head dim D_v, Lse (batch, heads, q_len); K, V: the dense cache (batch, kv_heads,
+# capacity, D or D_v) or, under PAGED, the paged one (blocks, BLOCK_SIZE, kv_heads, D or D_v)
+# with BlockTable (batch, blocks per sequence); TILE_D and TILE_DV the tiles' widths.
 # Sequence b's keys are KeyStarts[b] (HAS_STARTS; else 0) to KeyEnds[b]-1 (HAS_LENGTHS;
 # else the capacity). One CTA per split, K/V
 # head and sequence; with more than one split (SPLIT) the CTAs write Partial and
-# PartialLse, (batch, kv_heads, splits, GROUP_TILE * QUERY_ROWS[, D]) float32, and
+# PartialLse, (batch, kv_heads, splits, GROUP_TILE * QUERY_ROWS[, D_v]) float32, and
 # MERGE_SPLITS writes Out and Lse from them: one CTA per query row of each head. Both
 # grids come from the launch's sizes (batch, kv_heads, q_len, splits), not its tensors.
 # QUERIES_ON_M: the products take the columns as their M side (DecodeLaunch.choose).
@@ -477,16 +477,17 @@ DECODE = KernelFamily(
     parameters=_QKV + _OUTPUTS_AND_PARTIALS + _CACHE_LOOKUP
     + (_SINKS, Scalar("qk_scale", ct.float32))
     + _VARIANT_SCALARS[:2]
-    + tuple(Constant(name) for name in ("TILE_D", "TILE_N", "QUERY_GROUP", "GROUP_TILE",
-                                        "QUERY_ROWS", "CAUSAL", "PAGED", "BLOCK_SIZE",
-                                        "HAS_STARTS", "HAS_LENGTHS", "SPLIT", "WRITE_LSE")
+    + tuple(Constant(name) for name in ("TILE_D", "TILE_DV", "TILE_N", "QUERY_GROUP",
+                                        "GROUP_TILE", "QUERY_ROWS", "CAUSAL", "PAGED",
+                                        "BLOCK_SIZE", "HAS_STARTS", "HAS_LENGTHS", "SPLIT",
+                                        "WRITE_LSE")
           + VARIANT_CONSTANTS + ("QUERIES_ON_M",)),
     grid=lambda values: (values["splits"], values["kv_heads"], values["batch"]),
 )
 MERGE_SPLITS = KernelFamily(
     name="decode merge_splits",
     parameters=(Tensor("Partial", 5, ct.float32, head_dim_last=True),
-                Tensor("PartialLse", 4, ct.float32), _OUT, _LSE, Constant("TILE_D"),
+                Tensor("PartialLse", 4, ct.float32), _OUT, _LSE, Constant("TILE_DV"),
                 Constant("SPLITS_TILE"), Constant("QUERY_GROUP"), Constant("QUERY_ROWS"),
                 Constant("WRITE_LSE")),
     grid=lambda values: (values["QUERY_GROUP"] * values["q_len"], values["kv_heads"],

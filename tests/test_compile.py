@@ -167,7 +167,7 @@ def test_varlen_kernel_compiles(arch, name, head_dim, dtype, causal, write_lse, 
 
 # The decode kernel and its merge: one variant per architecture, in turn (dense or paged,
 # split or not, causal rows, left padding, LSE, 64 columns on the products' M side),
-# every head dim it runs on sm_90.
+# every head dim of the tables and two on padded tiles on sm_90.
 DECODE_VARIANTS = [dict(block_size=None, splits=1, q_len=1),
                    dict(block_size=None, splits=4, q_len=16, causal=True, has_starts=True),
                    dict(block_size=16, splits=4, q_len=4, causal=True, write_lse=True),
@@ -183,6 +183,9 @@ def _decode_cases():
     for index, head_dim in enumerate(HEAD_DIMS):
         yield FULL_GRID_ARCH, head_dim, DECODE_VARIANTS[index % len(DECODE_VARIANTS)]
     yield FULL_GRID_ARCH, 128, DECODE_VARIANTS[-1]
+    # padded tiles: 96 on 128 columns; 192/128, Q and K on 256, V on 128
+    yield FULL_GRID_ARCH, 96, DECODE_VARIANTS[2]
+    yield FULL_GRID_ARCH, 192, DECODE_VARIANTS[5] | {"value_head_dim": 128}
     for index, arch in enumerate(OTHER_ARCHS):
         yield arch, 128, DECODE_VARIANTS[index % len(DECODE_VARIANTS)]
 

@@ -44,9 +44,10 @@ def reference(query, keys, values, starts, ends, causal, scale):
     return out, lse
 
 
-def dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator):
-    caches = [torch.randn(batch, kv_heads, capacity, head_dim, generator=generator, device="cuda",
-                          dtype=dtype) for _ in range(2)]
+def dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator,
+                value_dim=None):
+    caches = [torch.randn(batch, kv_heads, capacity, d, generator=generator, device="cuda",
+                          dtype=dtype) for d in (head_dim, value_dim or head_dim)]
     for cache in caches:  # what is outside a sequence must never count
         for b in range(batch):
             cache[b, :, :starts[b]] = math.nan
@@ -54,14 +55,15 @@ def dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, genera
     return caches
 
 
-def paged_cache(batch, kv_heads, capacity, head_dim, dtype, block_size, ends, generator):
+def paged_cache(batch, kv_heads, capacity, head_dim, dtype, block_size, ends, generator,
+                value_dim=None):
     """(key_cache, value_cache, block_table, per-sequence dense views for the reference):
     NaN in every block row that holds none of a sequence's keys (a last block's rows past
     its sequence's end, and the blocks no sequence uses)."""
     per_sequence = math.ceil(capacity / block_size)
     blocks = batch * per_sequence + 5
-    caches = [torch.randn(blocks, block_size, kv_heads, head_dim, generator=generator,
-                          device="cuda", dtype=dtype) for _ in range(2)]
+    caches = [torch.randn(blocks, block_size, kv_heads, d, generator=generator, device="cuda",
+                          dtype=dtype) for d in (head_dim, value_dim or head_dim)]
     table = torch.randperm(blocks, generator=generator, device="cuda")[:batch * per_sequence]
     table = table.reshape(batch, per_sequence).int()
     unused = torch.ones(blocks, block_size, dtype=torch.bool, device="cuda")
@@ -181,8 +183,8 @@ def test_paged_cache_with_the_columns_on_m_matches_the_reference(head_dim, block
                       ends=[1100, 0, 1, 517, 640, 512, 1056])
 
 
-def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends):
-    """A paged cache of 4 sequences of `ends` keys (32/8 heads, bf16, shuffled blocks)
+def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends, value_dim=None):
+    """A paged cache of sequences of `ends` keys (32/8 heads, bf16, shuffled blocks)
     against the float64 reference."""
     batch, heads, kv_heads, capacity = len(ends), 32, 8, max(ends)
     dtype = torch.bfloat16
@@ -190,24 +192,31 @@ def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends):
     query = torch.randn(batch, heads, q_len, head_dim, generator=generator, device="cuda",
                         dtype=dtype)
     (keys, values), table, dense = paged_cache(batch, kv_heads, capacity, head_dim, dtype,
-                                               block_size, ends, generator)
+                                               block_size, ends, generator, value_dim)
     lengths = torch.tensor(ends, dtype=torch.int32, device="cuda")
     out, lse = attention_with_kvcache(query, keys, values, lengths, block_table=table,
                                       is_causal=causal, num_splits=splits, return_lse=True)
+    assert out.shape == query.shape[:-1] + values.shape[-1:]
     expected, expected_lse = reference(query, *dense, [0] * batch, ends, causal,
                                        1 / math.sqrt(head_dim))
     assert_close(out, lse, expected, expected_lse, dtype)
 
 
+# Head dims the decode kernel runs on padded tiles (80 and 96 on 128 columns, 192 on 256),
+# and value head dims of their own (DeepSeek's 192/128).
+PADDED_HEAD_DIMS = [(192, 128), (128, 64), (96, 96), (80, 80)]
+
+
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
-@pytest.mark.parametrize("q_len,causal,leftpad", [(1, True, False), (4, True, True),
-                                                  (3, False, False)])
-@pytest.mark.parametrize("head_dim,value_dim", [(192, 128), (128, 64)])
-def test_a_value_head_dim_of_its_own_on_a_dense_cache(head_dim, value_dim, q_len, causal,
-                                                      leftpad, dtype):
-    """D_v other than D (DeepSeek's 192/128), through the variable-length kernel on the
-    dense cache: lengths 0 and one not a multiple of a tile, left padding, grouped heads,
-    NaN outside each sequence."""
+@pytest.mark.parametrize("q_len,causal,leftpad,splits", [(1, True, False, None),
+                                                         (4, True, True, 3),
+                                                         (3, False, False, 1),
+                                                         (16, True, False, 2)])
+@pytest.mark.parametrize("head_dim,value_dim", PADDED_HEAD_DIMS)
+def test_padded_and_value_head_dims_on_a_dense_cache(head_dim, value_dim, q_len, causal,
+                                                     leftpad, splits, dtype):
+    """Lengths 0 and one not a multiple of a tile, left padding, grouped heads, NaN
+    outside each sequence, split and not."""
     dtype = DTYPES[dtype]
     batch, heads, kv_heads, capacity = 3, 16, 4, 500
     generator = torch.Generator(device="cuda").manual_seed(head_dim + q_len)
@@ -215,17 +224,28 @@ def test_a_value_head_dim_of_its_own_on_a_dense_cache(head_dim, value_dim, q_len
     starts = [min(e, 5 * b) for b, e in enumerate(ends)] if leftpad else [0] * batch
     query = torch.randn(batch, heads, q_len, head_dim, generator=generator, device="cuda",
                         dtype=dtype)
-    keys = dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator)[0]
-    values = dense_cache(batch, kv_heads, capacity, value_dim, dtype, starts, ends, generator)[0]
+    keys, values = dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends,
+                               generator, value_dim)
     lookup = {"cache_leftpad": torch.tensor(starts, dtype=torch.int32, device="cuda")} \
         if leftpad else {}
     out, lse = attention_with_kvcache(query, keys, values,
                                       torch.tensor(ends, dtype=torch.int32, device="cuda"),
-                                      is_causal=causal, return_lse=True, **lookup)
+                                      is_causal=causal, num_splits=splits, return_lse=True,
+                                      **lookup)
     assert out.shape == (batch, heads, q_len, value_dim) and out.dtype == dtype
     expected, expected_lse = reference(query, keys, values, starts, ends, causal and q_len > 1,
                                        1 / math.sqrt(head_dim))
     assert_close(out, lse, expected, expected_lse, dtype)
+
+
+@pytest.mark.parametrize("head_dim,value_dim", PADDED_HEAD_DIMS)
+@pytest.mark.parametrize("block_size", [16, 64, 256])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("q_len", [1, 16])
+def test_padded_and_value_head_dims_on_a_paged_cache(head_dim, value_dim, block_size, splits,
+                                                     q_len):
+    check_paged_cache(block_size, splits, q_len, True, head_dim=head_dim,
+                      ends=[1100, 0, 1, 517], value_dim=value_dim)
 
 
 def assert_close(out, lse, expected, expected_lse, dtype):
@@ -380,11 +400,11 @@ def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, cau
     assert_close(out, lse, expected, expected_lse, dtype)
 
 
-# head dim 128 runs the decode kernel, 96 the variable-length one (dense caches only)
+# head dim 96 on padded tiles
 @pytest.mark.parametrize("cache,head_dim", [("dense", 128), ("dense", 96),
                                             ("dense, no lengths", 128), ("dense, no lengths", 96),
                                             ("paged, no block columns", 128),
-                                            ("paged, no blocks", 128)])
+                                            ("paged, no blocks", 128), ("paged, no blocks", 96)])
 @pytest.mark.parametrize("q_len", [3, 32])  # 16 and 128 columns
 def test_a_cache_with_room_for_no_keys(cache, head_dim, q_len):
     """A cache of capacity 0 (a dense one of no slots, a block table of no columns, or no

@@ -16,13 +16,13 @@ pytestmark = [pytest.mark.gpu,
 TOLERANCE = 2e-2  # of the largest logit, as the Llama demo's
 
 
-def llama(attn_implementation, dtype=torch.bfloat16):
+def llama(attn_implementation, dtype=torch.bfloat16, head_dim=128):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=512, hidden_size=512, intermediate_size=1024,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024)
+                         max_position_embeddings=1024, head_dim=head_dim)
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
     return model.to(device="cuda", dtype=dtype).eval()
 
@@ -62,6 +62,17 @@ def test_generate_on_a_left_padded_batch_gives_sdpas_tokens(cache, models, kerne
     assert compared["all_near_ties"], compared
     # The prefill runs the variable-length kernel, the 23 decoding steps the decode kernel
     # (on the padded cache, each row's keys from its padding mask), in both layers.
+    assert kernel_calls["varlen_forward"] == 2 and kernel_calls["decode"] == 2 * 23
+
+
+def test_generate_at_head_dim_96_decodes_on_padded_tiles(kernel_calls):
+    """A model of head dim 96 (Phi's): its decoding steps in the decode kernel, on 128-column
+    tiles, not in the variable-length kernel."""
+    tokens, mask = padded_batch("left")
+    generations = [generate(llama(implementation, head_dim=96), tokens, mask, 24)
+                   for implementation in (backend.register(), "sdpa")]
+    compared = compare_generations(*generations, tokens.shape[1], TOLERANCE)
+    assert compared["all_near_ties"], compared
     assert kernel_calls["varlen_forward"] == 2 and kernel_calls["decode"] == 2 * 23
 
 

@@ -290,9 +290,9 @@ def test_packed_sequences_take_the_variants_aligned_to_each_last_key(head_dim, c
 @pytest.mark.parametrize("head_dim,with_variants", [(128, True), (96, True), (96, False)])
 @pytest.mark.parametrize("q_len", [1, 4])
 def test_kvcache_takes_the_variants_on_a_dense_cache(q_len, head_dim, with_variants):
-    """attention_with_kvcache with a window, softcap and sinks, or at a head dim the decode
-    kernel does not run (the variable-length kernel on the cache): ragged lengths with left
-    padding, against float64 per sequence."""
+    """attention_with_kvcache with a window, softcap and sinks, at head dims on whole and
+    padded tiles (96 on 128 columns): ragged lengths with left padding, against float64 per
+    sequence."""
     from cutile_fmha import attention_with_kvcache
 
     generator = torch.Generator(device="cuda").manual_seed(q_len)

@@ -50,13 +50,12 @@ def test_cpu_tensors_are_refused_last_with_the_device_named():
                                                       "torch.float16, key_cache is torch.bfloat16"),
     (lambda q, k, v: (q, k, v[:, :, :50]), ValueError, "key_cache and value_cache must have "
                                                        "one shape but for the head dim"),
-    (lambda q, k, v: (q, k, v[..., :44]), ValueError, "value_cache's head dim other than "
-     "key_cache's must be a multiple of 8 up to 256, on a dense cache, got 44"),
+    (lambda q, k, v: (q, k, v[..., :44]), ValueError, "value_cache's head dim must be a "
+     "multiple of 8 up to 256, got 44"),
     (lambda q, k, v: (q, k.transpose(2, 3).contiguous().transpose(2, 3), v), ValueError,
      "key_cache's last dimension must be contiguous"),
     (lambda q, k, v: (q[..., :44], k[..., :44], v[..., :44]), ValueError,
-     r"head dim \(last dimension of query\) must be one of \(64, 128, 256\), or on a dense "
-     r"cache a multiple of 8 up to 256, got 44"),
+     r"head dim \(last dimension of query\) must be a multiple of 8 up to 256, got 44"),
     (lambda q, k, v: (q[:, :7], k, v), ValueError, "multiple of the cache's"),
     (lambda q, k, v: (q[:1], k, v), ValueError, "key_cache must hold query's batch of 1"),
     (lambda q, k, v: (q[:, :, :0], k, v), ValueError, "query must have at least one row"),
@@ -100,16 +99,33 @@ def test_options_are_checked(options, error, message):
         attention_with_kvcache(*dense(), lengths(), **options)
 
 
-def test_a_value_head_dim_of_its_own_takes_a_dense_cache():
-    query, key_cache, value_cache, table = paged(head_dim=128)
-    with pytest.raises(ValueError, match="a value head dim other than the key's.*take a "
-                                         "dense cache so far"):
-        attention_with_kvcache(query, key_cache, value_cache[..., :64], lengths(),
-                               block_table=table)
-    # on a dense cache it is checked as far as a CPU can go: to the device
-    q, k, v = dense(head_dim=192)
+@pytest.mark.parametrize("head_dim,value_dim", [(192, 128), (96, 96), (80, 80), (128, 64)])
+def test_padded_and_value_head_dims_take_dense_and_paged_caches(head_dim, value_dim):
+    """Checked as far as a CPU can go, to the device, on both kinds of cache."""
+    query, key_cache, value_cache, table = paged(head_dim=head_dim)
     with pytest.raises(ValueError, match="query must be on a CUDA device"):
-        attention_with_kvcache(q, k, v[..., :128], lengths())
+        attention_with_kvcache(query, key_cache, value_cache[..., :value_dim], lengths(),
+                               block_table=table)
+    q, k, v = dense(head_dim=head_dim)
+    with pytest.raises(ValueError, match="query must be on a CUDA device"):
+        attention_with_kvcache(q, k, v[..., :value_dim], lengths())
+
+
+@pytest.mark.parametrize("head_dim,value_dim,tiles,launch", [
+    (96, 96, (128, 128), 128), (80, 80, (128, 128), 128), (192, 128, (256, 128), 256),
+    (128, 64, (128, 64), 128), (32, 32, (64, 64), 64), (72, 200, (128, 256), 256)])
+def test_padded_head_dims_run_on_the_next_tile_width(head_dim, value_dim, tiles, launch):
+    """Q's and K's, and V's, tiles are as wide as the next of 64, 128 and 256; the launch is
+    the wider one's; the split buffers and the output have V's own head dim."""
+    from cutile_fmha.steps import decode
+
+    shape = dataclasses.replace(decode_shape(4096, num_splits=4), head_dim=head_dim,
+                                value_head_dim=value_dim)
+    assert shape.launch_head_dim == launch
+    plan = decode.decode_plan(shape, entry_for("sm_90").decode[launch], sms=132, device=None)
+    assert (plan.constants["TILE_D"], plan.constants["TILE_DV"]) == tiles
+    assert plan.merge_constants["TILE_DV"] == tiles[1]
+    assert plan.split_buffer_shape[-1] == value_dim
 
 
 def test_a_paged_cache_needs_lengths_and_a_block_table_of_int32_rows_per_sequence():
@@ -377,17 +393,13 @@ def test_a_growing_cache_shares_one_plan_per_split_count(monkeypatch):
     assert [plan.constants["TILE_N"] for plan in wide] == [128, 128, 64, 64]
 
 
-@pytest.mark.parametrize("head_dim,q_len,options", [
-    (96, 1, {}), (64, 2, {"is_causal": False, "window_size": (8, 8)})])
-def test_other_head_dims_and_windows_bounded_right_take_a_dense_cache_only(head_dim, q_len,
-                                                                          options):
-    query, k, v, table = paged(head_dim=head_dim)
-    query = query.expand(-1, -1, q_len, -1)
-    with pytest.raises(ValueError, match=r"head dims other than \(64, 128, 256\), a value head "
-                                         r"dim other than the key's, and a window's right side "
-                                         r"without is_causal take a dense cache so far, not a "
-                                         r"paged one \(block_table\)"):
-        attention_with_kvcache(query, k, v, lengths(), block_table=table, **options)
+def test_windows_bounded_right_take_a_dense_cache_only():
+    query, k, v, table = paged(head_dim=64)
+    query = query.expand(-1, -1, 2, -1)
+    with pytest.raises(ValueError, match=r"a window's right side without is_causal takes a "
+                                         r"dense cache so far, not a paged one \(block_table\)"):
+        attention_with_kvcache(query, k, v, lengths(), block_table=table, is_causal=False,
+                               window_size=(8, 8))
 
 
 def test_variants_on_a_paged_cache_reach_the_device_check():
