@@ -13,7 +13,7 @@ import torch
 
 from .dropin import _check_variants, checked_once
 from .platforms.entry import DECODE_GUESS
-from .steps.decode import DecodeShape, decode_forward, kept, power_of_two_at_least
+from .steps.decode import DecodeShape, decode_forward, kept
 from .steps.launcher import DTYPES, PADDED_HEAD_DIM_MULTIPLE, _check_devices, softmax_scale
 from .steps.variants import Variants
 from .steps.varlen import SequenceBounds
@@ -22,9 +22,6 @@ from .varlen import varlen_attention
 __all__ = ["attention_with_kvcache"]
 
 HEAD_DIMS = tuple(DECODE_GUESS)  # every platform entry has a decode launch for these
-# The query columns of one CTA (group heads x query rows, each rounded up to a power of
-# two) are at most this many: its float32 accumulator is head dim x columns.
-MAX_COLUMNS = 128
 MAX_SPLITS = 64
 MIN_BLOCK_SIZE = 16  # each block's rows are one TMA load (kernels/decode.py)
 
@@ -34,12 +31,6 @@ def decodes_head_dim(head_dim: int) -> bool:
     multiple of PADDED_HEAD_DIM_MULTIPLE below the widest, on tiles padded to the next of
     HEAD_DIMS (``tile_head_dim``: the loads give zeros past the last column)."""
     return 0 < head_dim <= HEAD_DIMS[-1] and head_dim % PADDED_HEAD_DIM_MULTIPLE == 0
-
-
-def columns(heads: int, kv_heads: int, q_len: int) -> int:
-    """The query columns of one decode CTA: group heads x query rows, each rounded up to a
-    power of two."""
-    return power_of_two_at_least(heads // kv_heads) * power_of_two_at_least(q_len)
 
 
 @torch.library.custom_op("cutile_fmha::decode", mutates_args=())
@@ -137,11 +128,6 @@ def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_left
                          f"attention), got {heads} and {kv_heads}")
     if q_len < 1:
         raise ValueError(f"query must have at least one row, got shape {tuple(query.shape)}")
-    if columns(heads, kv_heads, q_len) > MAX_COLUMNS:
-        raise ValueError(f"q_len {q_len} with {heads // kv_heads} query heads per K/V head is "
-                         f"more than one CTA holds ({MAX_COLUMNS} columns, each rounded up to "
-                         f"a power of two): decode a longer chunk with attention() or "
-                         f"attention_varlen()")
     if paged:
         _check_lookup("block_table", block_table, batch, 2, "(batch, max_blocks)")
         block_size = key_cache.shape[1]
@@ -186,9 +172,10 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     """Attention of a few new query rows per sequence to its KV cache (decoding), as
     flash-attn's ``flash_attn_with_kvcache``, in SDPA's layout.
 
-    query: (batch, heads, q_len, D), q_len from 1 to a few dozen (speculative decoding,
-    chunked prefill tails: up to 128 columns per CTA, heads per K/V head times q_len, each
-    rounded up to a power of two); float16 or bfloat16, last dimension contiguous; D any
+    query: (batch, heads, q_len, D), q_len from 1 (decoding) to a few (speculative decoding)
+    or a chunk of any length (chunked prefill): the columns, heads per K/V head times q_len,
+    each rounded up to a power of two, are one CTA's up to 128 and cut into CTAs of 128
+    beyond, each reading the keys up to its last row's; float16 or bfloat16, last dimension contiguous; D any
     multiple of 8 up to 256 (80, 96, 192 run on tiles of the next of 64, 128 and 256,
     reading only the cache's own columns).
     key_cache, value_cache: the cache, already holding the new tokens' keys and values

@@ -298,9 +298,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             found := packed_sequences_of_positions(kwargs.get("position_ids"), q_len)) is not None:
         packed = (found[0], found[0], found[1], found[1])
     decode = (q_len <= DECODE_MAX_QUERY and kvcache.decodes_head_dim(query.shape[-1])
-              and kvcache.decodes_head_dim(value.shape[-1])
-              and kvcache.columns(query.shape[1], key.shape[1], q_len) <= kvcache.MAX_COLUMNS
-              and not needs_grad(query, key, value))
+              and kvcache.decodes_head_dim(value.shape[-1]) and not needs_grad(query, key, value))
     variants, sinks = _layer_variants(query, is_causal, **kwargs)
     # attention_with_kvcache's names for them (decoding steps)
     variant_options = dict(window_size=tuple(-1 if side is None else side

@@ -263,7 +263,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
            TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt,
            QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
            HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool, SPLIT: ConstBool, WRITE_LSE: ConstBool,
-           SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool, QUERIES_ON_M: ConstBool):
+           SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool, QUERIES_ON_M: ConstBool,
+           COLUMN_TILES: ConstInt):
     """Q: (batch, heads, q_len, D), Out: (batch, heads, q_len, D_v), any strides; Lse:
     (batch, heads, q_len) float32; Partial, PartialLse: (batch, kv_heads, splits, M, D_v)
     and (.., M) float32 with M = GROUP_TILE * QUERY_ROWS (written instead of Out and Lse
@@ -272,18 +273,25 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     head dim's last column and the stores leave those columns out (D=96 runs 128).
     QUERIES_ON_M: the columns are the products' M side, S = Q K^T, and the key loop is step
     9's (``attend_rows``); paged, only with keys from 0 (not HAS_STARTS: a block's rows
-    before a sequence's first key would be read as keys)."""
+    before a sequence's first key would be read as keys). COLUMN_TILES: the columns are cut
+    into this many CTAs' tiles (a long chunk of new tokens), each seeing the keys up to its
+    own last row's; grid dimension 0 is column tile x split."""
     split, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if SPLIT:  # the merge's CTAs may start now, and wait on the GPU for this grid's end
         ct.grid_dependency_control_launch_dependents()
+    column_tile, split = split % COLUMN_TILES, split // COLUMN_TILES
+    splits = ct.num_blocks(0) // COLUMN_TILES
     q_len = Q.shape[2]
-    columns = GROUP_TILE * QUERY_ROWS
+    columns = GROUP_TILE * QUERY_ROWS // COLUMN_TILES
+    # The query rows of this tile's columns: all, or under COLUMN_TILES one head's run.
+    first_row = (column_tile * columns) % QUERY_ROWS if columns < QUERY_ROWS else 0
+    last_row = min(first_row + min(columns, QUERY_ROWS), q_len) - 1
     capacity = BlockTable.shape[1] * BLOCK_SIZE if PAGED else K.shape[2]
     start, end = key_range(KeyStarts, KeyEnds, batch, capacity, HAS_STARTS, HAS_LENGTHS)
 
     # Column c is query row c % QUERY_ROWS of the group's head c // QUERY_ROWS. Q is a few
     # rows, gathered (any layout, any group size); the cache is what is streamed.
-    column = ct.arange(columns, dtype=ct.int32)
+    column = column_tile * columns + ct.arange(columns, dtype=ct.int32)
     head, query_row = (kv_head * QUERY_GROUP + column // QUERY_ROWS)[:, None], \
         (column % QUERY_ROWS)[:, None]
     is_query = (column // QUERY_ROWS < QUERY_GROUP)[:, None] & (query_row < q_len)
@@ -294,19 +302,23 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         start, end = 0, end - start
 
     # This split's share of the sequence's key tiles, and which of them need no mask: from
-    # the first key a row sees (its start, or under WINDOW the first row's window) and, on
-    # the lower side, from the last key below every row's window.
-    lowest, whole_from = start, start
+    # the first key a row sees (its start, or under WINDOW the first row's window) to the
+    # last (under CAUSAL the last row's diagonal) and, on the lower side, from the last key
+    # below every row's window.
+    lowest, whole_from, seen_end = start, start, end
     if WINDOW:
-        lowest = max(start, end - q_len - window_left)
-        whole_from = max(start, end - 1 - window_left)
+        lowest = max(start, end - q_len + first_row - window_left)
+        whole_from = max(start, end - q_len + last_row - window_left)
+    if CAUSAL:
+        seen_end = max(min(end - q_len + last_row + 1, end), lowest)
     first_tile = lowest // TILE_N
-    num_tiles = ct.cdiv(end, TILE_N) - first_tile
-    per_split = ct.cdiv(num_tiles, ct.num_blocks(0))
+    num_tiles = ct.cdiv(seen_end, TILE_N) - first_tile
+    per_split = ct.cdiv(num_tiles, splits)
     lo = first_tile + min(split * per_split, num_tiles)
     hi = first_tile + min((split + 1) * per_split, num_tiles)
     unmasked_lo = min(max(ct.cdiv(whole_from, TILE_N), lo), hi)
-    unmasked_hi = max(min((end - (q_len - 1 if CAUSAL else 0)) // TILE_N, hi), unmasked_lo)
+    unmasked_hi = max(min((end - (q_len - 1 - first_row if CAUSAL else 0)) // TILE_N, hi),
+                      unmasked_lo)
 
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
     sink_log2 = 0.0
@@ -339,9 +351,9 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         out, lse_log2 = normalized(m, l, acc)
         out = ct.transpose(out)
     if SPLIT:
-        ct.store(Partial, index=(batch, kv_head, split, 0, 0),
+        ct.store(Partial, index=(batch, kv_head, split, column_tile, 0),
                  tile=out.reshape((1, 1, 1, columns, TILE_DV)))
-        ct.store(PartialLse, index=(batch, kv_head, split, 0),
+        ct.store(PartialLse, index=(batch, kv_head, split, column_tile),
                  tile=lse_log2.reshape((1, 1, 1, columns)))
     else:
         value_dims = ct.arange(TILE_DV, dtype=ct.int32)[None, :]

@@ -24,6 +24,10 @@ from .variants import NO_VARIANTS, Variants
 # Columns of the transposed products (group heads x query rows) are at least this many:
 # the smallest N a warpgroup product takes.
 MIN_COLUMNS = 8
+# A CTA's columns are at most this many (its float32 accumulator is head dim x columns):
+# more, a chunk of new tokens longer than speculative decoding's, are cut into tiles of
+# this many, each its own CTA (kernels/decode.py's COLUMN_TILES).
+CTA_COLUMNS = 128
 # A paged cache's key tile spans at most this many blocks (kernels/decode.py).
 MAX_BLOCKS_PER_TILE = 8
 # A window side wider than this many keys reaches past every key of any cache (the
@@ -136,11 +140,17 @@ def tile_of_columns(shape: DecodeShape, launch: DecodeLaunch) -> tuple[int, int]
                                          shape.has_starts)
 
 
+def column_tiles(columns: int) -> int:
+    """How many CTAs share `columns` columns (powers of two): CTA_COLUMNS each."""
+    return max(columns // CTA_COLUMNS, 1)
+
+
 def rule_splits(shape: DecodeShape, launch: DecodeLaunch, sms: int) -> int:
     """The splits `launch`'s rule gives `shape` on a GPU of `sms` SMs."""
     group_tile, query_rows = tile_of_columns(shape, launch)
-    return launch.splits(shape.batch * shape.kv_heads, shape.capacity, sms,
-                         columns=group_tile * query_rows, block_size=shape.block_size,
+    tiles = column_tiles(group_tile * query_rows)
+    return launch.splits(shape.batch * shape.kv_heads * tiles, shape.capacity, sms,
+                         columns=group_tile * query_rows // tiles, block_size=shape.block_size,
                          has_starts=shape.has_starts)
 
 
@@ -151,7 +161,9 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
     group_tile, query_rows = tile_of_columns(shape, launch)
     splits = shape.num_splits or rule_splits(shape, launch, sms)
     columns = group_tile * query_rows
-    queries_on_m, tile_n, hints = launch.choose(columns, shape.batch * shape.kv_heads * splits,
+    tiles = column_tiles(columns)
+    queries_on_m, tile_n, hints = launch.choose(columns // tiles,
+                                                shape.batch * shape.kv_heads * splits * tiles,
                                                 sms, keys_per_split=shape.capacity // splits,
                                                 block_size=shape.block_size,
                                                 has_starts=shape.has_starts)
@@ -164,13 +176,14 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
                           "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1,
-                          "QUERIES_ON_M": queries_on_m} | \
+                          "QUERIES_ON_M": queries_on_m, "COLUMN_TILES": tiles} | \
         shape.asked.constants()
     merge_constants = common | {"SPLITS_TILE": power_of_two_at_least(splits)}
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,
              "splits": splits}
     return DecodePlan(
-        kernel=with_hints(kernels.decode, hints), hints=hints, grid=DECODE.grid(sizes),
+        kernel=with_hints(kernels.decode, hints), hints=hints,
+        grid=DECODE.grid(sizes | {"COLUMN_TILES": tiles}),
         constants=constants, merge_grid=MERGE_SPLITS.grid(sizes | merge_constants),
         merge_constants=merge_constants,
         split_buffer_shape=(shape.batch, shape.kv_heads, splits, columns,

@@ -461,6 +461,7 @@ def packed(family: KernelFamily) -> KernelFamily:
 # MERGE_SPLITS writes Out and Lse from them: one CTA per query row of each head. Both
 # grids come from the launch's sizes (batch, kv_heads, q_len, splits), not its tensors.
 # QUERIES_ON_M: the products take the columns as their M side (DecodeLaunch.choose).
+# COLUMN_TILES: the columns cut into that many CTAs' tiles, grid dimension 0 tiles x splits.
 _CACHE_LOOKUP = tuple(Tensor(name, 1, ct.int32, aligned=False, read_when=switch)
                       for name, switch in (("KeyStarts", "HAS_STARTS"),
                                            ("KeyEnds", "HAS_LENGTHS"))) + \
@@ -481,8 +482,9 @@ DECODE = KernelFamily(
                                         "GROUP_TILE", "QUERY_ROWS", "CAUSAL", "PAGED",
                                         "BLOCK_SIZE", "HAS_STARTS", "HAS_LENGTHS", "SPLIT",
                                         "WRITE_LSE")
-          + VARIANT_CONSTANTS + ("QUERIES_ON_M",)),
-    grid=lambda values: (values["splits"], values["kv_heads"], values["batch"]),
+          + VARIANT_CONSTANTS + ("QUERIES_ON_M", "COLUMN_TILES")),
+    grid=lambda values: (values["splits"] * values["COLUMN_TILES"], values["kv_heads"],
+                         values["batch"]),
 )
 MERGE_SPLITS = KernelFamily(
     name="decode merge_splits",

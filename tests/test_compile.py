@@ -186,6 +186,8 @@ def _decode_cases():
     # padded tiles: 96 on 128 columns; 192/128, Q and K on 256, V on 128
     yield FULL_GRID_ARCH, 96, DECODE_VARIANTS[2]
     yield FULL_GRID_ARCH, 192, DECODE_VARIANTS[5] | {"value_head_dim": 128}
+    # a chunk of 300 new tokens: CTAs of 128 columns (COLUMN_TILES)
+    yield FULL_GRID_ARCH, 128, dict(block_size=64, splits=2, q_len=300, causal=True)
     for index, arch in enumerate(OTHER_ARCHS):
         yield arch, 128, DECODE_VARIANTS[index % len(DECODE_VARIANTS)]
 

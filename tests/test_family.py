@@ -60,9 +60,11 @@ def test_decode_kernels_take_their_family_parameters_in_order(kernel, family):
     assert parameters_of(decode.__file__, kernel) == family.names
 
 
-def test_decode_grids_are_splits_by_kv_heads_by_batch_and_rows_by_kv_heads_by_batch():
-    sizes = {"batch": 3, "kv_heads": 8, "q_len": 2, "splits": 5, "QUERY_GROUP": 4}
+def test_decode_grids_are_tiles_and_splits_by_kv_heads_by_batch_and_rows_by_kv_heads_by_batch():
+    sizes = {"batch": 3, "kv_heads": 8, "q_len": 2, "splits": 5, "QUERY_GROUP": 4,
+             "COLUMN_TILES": 1}
     assert DECODE.grid(sizes) == (5, 8, 3)
+    assert DECODE.grid(sizes | {"COLUMN_TILES": 4}) == (20, 8, 3)  # column tiles x splits
     assert MERGE_SPLITS.grid(sizes) == (8, 8, 3)
 
 

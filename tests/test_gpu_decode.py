@@ -108,6 +108,13 @@ CASES = [
     (2, 64, 8, 2, 64, 4100, (4100, 2049), False),
     (2, 32, 8, 8, 64, 2300, (2300, 1), True),
     (2, 32, 8, 16, 64, 4100, (4100, 517), False),
+    # a chunk of new tokens past one CTA's 128 columns, in tiles of 128 (COLUMN_TILES):
+    # 2 tiles of 4 heads x 64 rows, 16 tiles of one head's 128 rows, 8 of one head's 128
+    # of 1024 rows, 4 at D=256; lengths shorter than the chunk and 0
+    (3, 32, 8, 33, 128, 1500, (1500, 0, 40), True),
+    (2, 16, 2, 200, 128, 2100, (2100, 300), False),
+    (2, 8, 8, 1000, 64, 3000, (3000, 1001), True),
+    (2, 12, 4, 129, 256, 900, (900, 129), False),
 ]
 
 
@@ -181,6 +188,17 @@ def test_paged_cache_with_the_columns_on_m_matches_the_reference(head_dim, block
     past them."""
     check_paged_cache(block_size, splits, q_len, True, head_dim=head_dim,
                       ends=[1100, 0, 1, 517, 640, 512, 1056])
+
+
+@pytest.mark.parametrize("block_size", [16, 64, 256])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("q_len", [40, 300])
+def test_paged_cache_with_a_chunk_past_one_ctas_columns_matches_the_reference(block_size,
+                                                                             splits, q_len):
+    """Chunked prefill on a paged cache: 160 and 512 columns in CTAs of 128, each reading
+    the keys up to its own last row's."""
+    check_paged_cache(block_size, splits, q_len, True, head_dim=128,
+                      ends=[1100, 0, 1, 517, 640])
 
 
 def check_paged_cache(block_size, splits, q_len, causal, head_dim, ends, value_dim=None):
@@ -367,12 +385,13 @@ def reference_with_variants(query, keys, values, starts, ends, causal, scale, wi
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("splits", [1, 4, None])
 @pytest.mark.parametrize("q_len,causal", [(1, True), (4, True), (3, False), (8, True),
-                                          (16, True)])
+                                          (16, True), (200, True), (100, False)])
 def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, causal):
     """The decode kernel with a window of 300 keys, softcap and sinks, dense (NaN outside
     each sequence, left padding) and paged (shuffled blocks), split or not, against
     float64: lengths 0, 1, shorter and longer than the window; 16 new tokens are 64
-    columns, on a dense cache the products' M side, and 8 are 32, padded to 64 there."""
+    columns, on a dense cache the products' M side, and 8 are 32, padded to 64 there; 200
+    and 100 are tiles of 128 columns, each with its own rows' window."""
     batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
     dtype = torch.bfloat16
     generator = torch.Generator(device="cuda").manual_seed(q_len + 10 * paged)

@@ -59,8 +59,6 @@ def test_cpu_tensors_are_refused_last_with_the_device_named():
     (lambda q, k, v: (q[:, :7], k, v), ValueError, "multiple of the cache's"),
     (lambda q, k, v: (q[:1], k, v), ValueError, "key_cache must hold query's batch of 1"),
     (lambda q, k, v: (q[:, :, :0], k, v), ValueError, "query must have at least one row"),
-    (lambda q, k, v: (torch.randn(2, 8, 40, 64, dtype=torch.float16), k, v), ValueError,
-     r"q_len 40 with 4 query heads per K/V head is more than one CTA holds"),
 ])
 def test_tensors_are_checked(change, error, message):
     query, keys, values = change(*dense())
@@ -109,6 +107,31 @@ def test_padded_and_value_head_dims_take_dense_and_paged_caches(head_dim, value_
     q, k, v = dense(head_dim=head_dim)
     with pytest.raises(ValueError, match="query must be on a CUDA device"):
         attention_with_kvcache(q, k, v[..., :value_dim], lengths())
+
+
+@pytest.mark.parametrize("group,q_len,tiles,rows", [
+    (4, 32, 1, 32), (4, 33, 2, 64), (8, 300, 32, 512), (1, 1000, 8, 1024), (16, 16, 2, 16),
+    (32, 1, 1, 2)])
+def test_more_columns_than_a_cta_holds_are_cut_into_tiles_of_128(group, q_len, tiles, rows):
+    """A chunk of new tokens of any length: heads per K/V head x query rows, each a power
+    of two, in CTAs of 128 columns; the grid's first dimension is tiles x splits."""
+    from cutile_fmha.steps import decode
+
+    launch = entry_for("sm_90").decode[128]
+    shape = decode_shape(8192, group=group, q_len=q_len, causal=q_len > 1, num_splits=3)
+    plan = decode.decode_plan(shape, launch, sms=132, device=None)
+    assert (plan.constants["COLUMN_TILES"], plan.constants["QUERY_ROWS"]) == (tiles, rows)
+    assert plan.grid == (3 * tiles, 8, 1)
+    assert plan.split_buffer_shape[3] == plan.constants["GROUP_TILE"] * rows
+
+
+def test_the_split_rule_counts_the_column_tiles_ctas():
+    """32 tiles of 8 K/V heads fill 132 SMs unsplit; one tile of them is split."""
+    from cutile_fmha.steps import decode
+
+    launch = entry_for("sm_90").decode[128]
+    assert decode.rule_splits(decode_shape(8192, group=8, q_len=300), launch, 132) == 1
+    assert decode.rule_splits(decode_shape(8192, group=8, q_len=1), launch, 132) > 1
 
 
 @pytest.mark.parametrize("head_dim,value_dim,tiles,launch", [
