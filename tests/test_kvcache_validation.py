@@ -459,6 +459,26 @@ def test_a_compiled_call_is_one_operator_with_or_without_the_variants(options, m
         ((30.0, (64, 0), True) if options else (None, None, False))
 
 
+def test_a_compiled_call_gets_the_value_head_dim(monkeypatch):
+    """Under torch.compile the decode operator's output has value_cache's head dim (its
+    fake), and the shape it runs carries it (launch replaced, device check skipped)."""
+    import cutile_fmha.kvcache as kvcache
+
+    shapes = []
+
+    def decode_forward(query, key_cache, value_cache, shape, **_):
+        shapes.append(shape)
+        return query.new_zeros(*query.shape[:-1], value_cache.shape[-1]), None
+
+    monkeypatch.setattr(kvcache, "_check_devices", lambda named: None)
+    monkeypatch.setattr(kvcache, "decode_forward", decode_forward)
+    compiled = torch.compile(attention_with_kvcache, fullgraph=True, backend="aot_eager")
+    query, keys, values = dense(head_dim=96)
+    assert compiled(query, keys, values[..., :32].contiguous(), lengths()).shape == \
+        query.shape[:-1] + (32,)
+    assert (shapes[-1].head_dim, shapes[-1].value_dim) == (96, 32)
+
+
 def test_the_variants_are_checked_once_per_shape_key(monkeypatch):
     """A decoding step calls this per layer and token: the variants' checks run on the
     first call of a shape key only (its launch replaced, and the device check skipped, to
