@@ -392,7 +392,20 @@ def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, cau
     float64: lengths 0, 1, shorter and longer than the window; 16 new tokens are 64
     columns, on a dense cache the products' M side, and 8 are 32, padded to 64 there; 200
     and 100 are tiles of 128 columns, each with its own rows' window."""
-    batch, heads, kv_heads, head_dim, capacity = 4, 32, 8, 128, 1100
+    check_variants(paged, splits, q_len, causal)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("head_dim,value_dim", [(96, 96), (192, 128)])
+@pytest.mark.parametrize("q_len", [1, 16, 200])
+def test_window_softcap_and_sinks_at_padded_and_value_head_dims(paged, head_dim, value_dim,
+                                                                q_len):
+    check_variants(paged, None, q_len, True, head_dim, value_dim)
+
+
+def check_variants(paged, splits, q_len, causal, head_dim=128, value_dim=None):
+    """A window of 300 keys, softcap 10 and sinks against float64 (32/8 heads, bf16)."""
+    batch, heads, kv_heads, capacity = 4, 32, 8, 1100
     dtype = torch.bfloat16
     generator = torch.Generator(device="cuda").manual_seed(q_len + 10 * paged)
     ends = [1100, 0, 1, 517]
@@ -405,12 +418,13 @@ def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, cau
     if paged:
         starts = [0] * batch
         (keys, values), table, dense = paged_cache(batch, kv_heads, capacity, head_dim, dtype,
-                                                   64, ends, generator)
+                                                   64, ends, generator, value_dim)
         out, lse = attention_with_kvcache(query, keys, values, lengths, block_table=table,
                                           **options)
     else:
         starts = [min(e, 7 * b) for b, e in enumerate(ends)]
-        dense = dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator)
+        dense = dense_cache(batch, kv_heads, capacity, head_dim, dtype, starts, ends, generator,
+                            value_dim)
         out, lse = attention_with_kvcache(query, *dense, lengths,
                                           cache_leftpad=torch.tensor(starts, dtype=torch.int32,
                                                                      device="cuda"), **options)
