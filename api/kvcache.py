@@ -13,11 +13,9 @@ import torch
 
 from .dropin import _check_variants, checked_once
 from .platforms.entry import DECODE_GUESS
-from .steps.decode import DecodeShape, decode_forward, kept
+from .steps.decode import DecodeShape, decode_forward
 from .steps.launcher import DTYPES, PADDED_HEAD_DIM_MULTIPLE, _check_devices, softmax_scale
 from .steps.variants import Variants
-from .steps.varlen import SequenceBounds
-from .varlen import varlen_attention
 
 __all__ = ["attention_with_kvcache"]
 
@@ -199,9 +197,8 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     return_lse: also return the log-sum-exp, float32 (batch, heads, q_len), natural log.
     window_size, softcap, sinks: as ``attention`` takes them, the window aligned to each
         sequence's last key, dense or paged, in the decode kernel (split-KV included: the
-        splits share the window's keys only). A window whose right side is bounded
-        without is_causal, with q_len > 1, runs the variable-length kernel on a dense
-        cache instead (num_splits does not apply there).
+        splits share the window's keys only); a window bounded on the right without
+        is_causal runs there as a causal one whose diagonal is moved by its right side.
 
     Lengths and block numbers are read on the device only, never on the host: lengths past
     the cache are clamped to it, block numbers to the cache's blocks (wrong numbers give
@@ -215,10 +212,7 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     # a model calls this per layer and token: the checks run once per shape key
     call = _checked_call(*arguments) if compiling else \
         checked_once(_CALLS, _checked_call, arguments, tensors=7)
-    if call.shape is None:
-        out, lse = _through_varlen(query, key_cache, value_cache, cache_seqlens, cache_leftpad,
-                                   is_causal, call.scale, return_lse, call.variants, sinks)
-    elif compiling:
+    if compiling:
         shape = call.shape
         out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
                            block_table, shape.causal, call.scale, shape.num_splits, return_lse,
@@ -243,27 +237,18 @@ def _check_variants_of(query, window_size, softcap, sinks) -> Variants:
 @dataclass(frozen=True)
 class _Call:
     """What attention_with_kvcache keeps per shape key, once its arguments are checked: the
-    softmax scale, and the decode kernel's shape (its variants in it) or, for a call that
-    runs the variable-length kernel (``_needs_varlen``), None and the variants."""
+    softmax scale and the decode kernel's shape (its variants in it)."""
     scale: float
-    shape: DecodeShape | None
-    variants: Variants | None = None  # (not NO_VARIANTS: see DecodeShape.variants)
+    shape: DecodeShape
 
 
 def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
                   sinks, is_causal, scale, num_splits, return_lse, window_size,
                   softcap) -> _Call:
-    """attention_with_kvcache's arguments checked, and which kernel runs them."""
-    checked = (query, key_cache, value_cache, cache_seqlens, block_table, cache_leftpad,
-               is_causal, scale, num_splits, return_lse)
-    varlen = _needs_varlen(query, is_causal, window_size)
-    if varlen and block_table is not None:
-        raise ValueError("a window's right side without is_causal takes a dense cache so far, "
-                         "not a paged one (block_table)")
-    shape, scale = _check(*checked)
+    """attention_with_kvcache's arguments checked, and the decode kernel's shape."""
+    shape, scale = _check(query, key_cache, value_cache, cache_seqlens, block_table,
+                          cache_leftpad, is_causal, scale, num_splits, return_lse)
     variants = _check_variants_of(query, window_size, softcap, sinks)
-    if varlen:
-        return _Call(scale, None, variants)
     return _Call(scale, replace(shape, variants=variants) if variants.any else shape)
 
 
@@ -271,46 +256,3 @@ def _checked_call(query, key_cache, value_cache, cache_seqlens, block_table, cac
 # already checked.
 _CALLS: dict[tuple, _Call] = {}
 
-
-def _needs_varlen(query, is_causal, window_size) -> bool:
-    """Whether a call runs the variable-length kernel: with a window bounded on the right
-    without is_causal for more than one query row (the decode kernel's window has the
-    causal mask's right side). False where the arguments are not what they should be: the
-    checks say so."""
-    shape = getattr(query, "shape", ())
-    if len(shape) != 4:
-        return False
-    right = window_size[1] if isinstance(window_size, (tuple, list)) and \
-        len(window_size) == 2 else -1
-    return right != -1 and is_causal is False and shape[2] > 1
-
-
-def _through_varlen(query, key_cache, value_cache, cache_seqlens, cache_leftpad, is_causal,
-                    scale: float, return_lse: bool, variants: Variants, sinks):
-    """(out, lse or None) of a checked attention_with_kvcache call with a window whose
-    right side is not the causal mask's, through the variable-length kernel: each batch row one sequence, its queries rows
-    0..q_len-1, its keys cache_leftpad..cache_seqlens-1 (clamped to the cache on the
-    device)."""
-    batch, _, q_len, _ = query.shape
-    capacity = key_cache.shape[2]
-    starts, query_ends, full = _bounds_of_rows(batch, q_len, capacity, query.device)
-    bounds = SequenceBounds(starts, query_ends,
-                            starts if cache_leftpad is None else cache_leftpad,
-                            full if cache_seqlens is None else cache_seqlens)
-    return varlen_attention(query, key_cache, value_cache, bounds, q_len, capacity,
-                            causal=is_causal, scale=scale, with_lse=return_lse,
-                            variants=variants, sinks=sinks)
-
-
-_ROW_BOUNDS: dict[tuple, tuple] = {}
-
-
-def _bounds_of_rows(batch: int, q_len: int, capacity: int, device: torch.device):
-    """int32 (batch,) zeros, q_len and capacity: kept per shape on a GPU (``kept``: not
-    when made inside a CUDA graph's capture, nor while torch.compile traces), since a
-    decoding step calls this per layer."""
-    def make():
-        return tuple(torch.full((batch,), value, dtype=torch.int32, device=device)
-                     for value in (0, q_len, capacity))
-    return kept(_ROW_BOUNDS, (batch, q_len, capacity, device), make,
-                keep=device.type == "cuda" and not torch.compiler.is_compiling())

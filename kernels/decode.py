@@ -33,9 +33,9 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
   new tokens are the cache's last ones.
 
 The variants of kernels/variants.py are constants here too: SOFTCAP (the scores through a
-tanh), WINDOW (each query row sees window_left keys before its diagonal, last_key below;
-the key tiles below every row's window are not this sequence's tiles at all, so the
-splits share the window only) and SINKS (each head's sink joins the first split's running
+tanh), WINDOW (each query row sees window_left keys before its diagonal, last_key below,
+the diagonal window_right keys past the causal one; the key tiles below every row's window
+are not this sequence's tiles at all, so the splits share the window only) and SINKS (each head's sink joins the first split's running
 max and sum, as a key seen first; the merge weighs it with that split).
 
 Only the tiles at the ends of a sequence (KeyStarts not on a tile boundary or below the
@@ -193,19 +193,19 @@ def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_hea
 
 
 def attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi, batch,
-                kv_head, end, q_len, column, qk_scale_log2, tanh_scale, window_left, sink_log2,
+                kv_head, end, diagonal, column, qk_scale_log2, tanh_scale, window_left, sink_log2,
                 TILE_D: ConstInt, TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_ROWS: ConstInt,
                 CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool,
                 WINDOW: ConstBool, SINKS: ConstBool):
     """(m, l: (M, 1); acc: (M, TILE_DV)) of the M columns of q (M, TILE_D) as rows, over key
     tiles lo..hi-1 of one sequence's `end` keys, by step 9's key loop: the tiles from
     unmasked_lo to unmasked_hi - 1 every row sees whole. Row c is column c of the
-    transposed kernel: its last key is end - q_len + c % QUERY_ROWS. K, V: the sequence's
+    transposed kernel: its last key is diagonal + c % QUERY_ROWS. K, V: the sequence's
     keys (``sequence_keys``), or under PAGED the paged cache, a tile one block or part of
     one, or several blocks (step 9's BLOCK_ROWS), the tile that holds the last key read
     through ``ending_blocks``."""
     columns = q.shape[0]
-    last_key = (end - q_len + column % QUERY_ROWS)[:, None]
+    last_key = (diagonal + column % QUERY_ROWS)[:, None]
     m = ct.full((columns, 1), -math.inf, dtype=ct.float32)
     l = ct.full((columns, 1), 0.0, dtype=ct.float32)
     if SINKS:
@@ -259,8 +259,8 @@ def normalized(m, l, acc):
 
 @ct.kernel
 def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable, Sinks,
-           qk_scale: float, softcap: float, window_left: int, TILE_D: ConstInt,
-           TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt,
+           qk_scale: float, softcap: float, window_left: int, window_right: int,
+           TILE_D: ConstInt, TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt,
            QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
            HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool, SPLIT: ConstBool, WRITE_LSE: ConstBool,
            SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool, QUERIES_ON_M: ConstBool,
@@ -301,24 +301,34 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         K, V = sequence_keys(K, batch, start, end), sequence_keys(V, batch, start, end)
         start, end = 0, end - start
 
+    # Row t's diagonal, the last key it sees under CAUSAL, is diagonal + t: the new tokens
+    # are the cache's last. Under WINDOW it moves window_right keys on: a window bounded on
+    # the right without a causal mask runs as a causal one (steps/decode.py).
+    diagonal = end - q_len
+    if WINDOW:
+        diagonal = diagonal + window_right
     # This split's share of the sequence's key tiles, and which of them need no mask: from
     # the first key a row sees (its start, or under WINDOW the first row's window) to the
     # last (under CAUSAL the last row's diagonal) and, on the lower side, from the last key
     # below every row's window.
     lowest, whole_from, seen_end = start, start, end
     if WINDOW:
-        lowest = max(start, end - q_len + first_row - window_left)
-        whole_from = max(start, end - q_len + last_row - window_left)
+        lowest = max(start, diagonal + first_row - window_left)
+        whole_from = max(start, diagonal + last_row - window_left)
     if CAUSAL:
-        seen_end = max(min(end - q_len + last_row + 1, end), lowest)
+        seen_end = max(min(diagonal + last_row + 1, end), lowest)
     first_tile = lowest // TILE_N
     num_tiles = ct.cdiv(seen_end, TILE_N) - first_tile
     per_split = ct.cdiv(num_tiles, splits)
     lo = first_tile + min(split * per_split, num_tiles)
     hi = first_tile + min((split + 1) * per_split, num_tiles)
     unmasked_lo = min(max(ct.cdiv(whole_from, TILE_N), lo), hi)
-    unmasked_hi = max(min((end - (q_len - 1 - first_row if CAUSAL else 0)) // TILE_N, hi),
-                      unmasked_lo)
+    visible_end = end  # keys every row of the tile sees, from its first
+    if CAUSAL:
+        visible_end = diagonal + first_row + 1
+        if WINDOW:
+            visible_end = min(visible_end, end)
+    unmasked_hi = max(min(visible_end // TILE_N, hi), unmasked_lo)
 
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
     sink_log2 = 0.0
@@ -326,13 +336,13 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         sink_log2 = ct.gather(Sinks, head, mask=is_query) * INV_LOG_2
     if QUERIES_ON_M:
         m, l, acc = attend_rows(Q, K, V, BlockTable, q, split, lo, unmasked_lo, unmasked_hi, hi,
-                                batch, kv_head, end, q_len, column, qk_scale_log2, tanh_scale,
+                                batch, kv_head, end, diagonal, column, qk_scale_log2, tanh_scale,
                                 window_left, sink_log2, TILE_D, TILE_DV, TILE_N, QUERY_ROWS,
                                 CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, SINKS)
         out, lse_log2 = normalized(m, l, acc)
         lse_log2 = ct.transpose(lse_log2)
     else:
-        last_key = (end - q_len + column % QUERY_ROWS)[None, :]
+        last_key = (diagonal + column % QUERY_ROWS)[None, :]
         m = ct.full((1, columns), -math.inf, dtype=ct.float32)
         l = ct.full((1, columns), 0.0, dtype=ct.float32)
         if SINKS:

@@ -154,6 +154,21 @@ def rule_splits(shape: DecodeShape, launch: DecodeLaunch, sms: int) -> int:
                          has_starts=shape.has_starts)
 
 
+def kernel_window(shape: DecodeShape) -> tuple[bool, dict]:
+    """(the kernel's CAUSAL, its variants' scalars) for `shape`. The kernel's window has
+    the causal mask's right side, its diagonal moved `window_right` keys on: a window
+    bounded on the right without a causal mask, over several query rows, runs as a causal
+    one whose rows see `right` keys past their diagonals, `left + right` before the moved
+    ones (one row sees every key to the last whatever its right side)."""
+    scalars = shape.asked.scalars(q_rows=shape.q_len, k_rows=WINDOW_REACH, causal=True)
+    window = shape.asked.window
+    if shape.causal or shape.q_len == 1 or window is None or window[1] is None:
+        return shape.causal, scalars
+    right = min(window[1], WINDOW_REACH)
+    return True, scalars | {"window_left": min(scalars["window_left"] + right, WINDOW_REACH),
+                            "window_right": right}
+
+
 def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                 device: torch.device, early_merge: bool = False) -> DecodePlan:
     """The launches of `shape` with `launch` (a platform entry's for its head dim), on a
@@ -171,8 +186,9 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
         tile_n = min(tile_n, MAX_BLOCKS_PER_TILE * shape.block_size)
     common = {"TILE_DV": tile_head_dim(shape.value_dim), "QUERY_GROUP": shape.group,
               "QUERY_ROWS": query_rows, "WRITE_LSE": shape.write_lse}
+    causal, variant_scalars = kernel_window(shape)
     constants = common | {"TILE_D": tile_head_dim(shape.head_dim), "TILE_N": tile_n,
-                          "GROUP_TILE": group_tile, "CAUSAL": shape.causal,
+                          "GROUP_TILE": group_tile, "CAUSAL": causal,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
                           "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1,
@@ -189,8 +205,7 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
         split_buffer_shape=(shape.batch, shape.kv_heads, splits, columns,
                             shape.value_dim) if splits > 1 else None,
         device=device,
-        variant_scalars=shape.asked.scalars(q_rows=shape.q_len, k_rows=WINDOW_REACH,
-                                            causal=True),
+        variant_scalars=variant_scalars,
         early_merge=early_merge)
 
 

@@ -470,14 +470,15 @@ _OUTPUTS_AND_PARTIALS = (_OUT, _LSE,
                          Tensor("Partial", 5, ct.float32, read_when="SPLIT",
                                 head_dim_last=True),
                          Tensor("PartialLse", 4, ct.float32, read_when="SPLIT"))
-# The variants as in FORWARD_VARIANTS: Sinks after the lookups, softcap and window_left
-# (keys before each row's diagonal; the window's right side is the causal mask's) after
-# qk_scale, SOFTCAP, WINDOW and SINKS last.
+# The variants as in FORWARD_VARIANTS: Sinks after the lookups, softcap, window_left (keys
+# before each row's diagonal) and window_right (how far the causal mask's diagonal moves:
+# the window's right side is the causal mask's) after qk_scale, SOFTCAP, WINDOW and SINKS
+# last.
 DECODE = KernelFamily(
     name="decode",
     parameters=_QKV + _OUTPUTS_AND_PARTIALS + _CACHE_LOOKUP
     + (_SINKS, Scalar("qk_scale", ct.float32))
-    + _VARIANT_SCALARS[:2]
+    + _VARIANT_SCALARS
     + tuple(Constant(name) for name in ("TILE_D", "TILE_DV", "TILE_N", "QUERY_GROUP",
                                         "GROUP_TILE", "QUERY_ROWS", "CAUSAL", "PAGED",
                                         "BLOCK_SIZE", "HAS_STARTS", "HAS_LENGTHS", "SPLIT",

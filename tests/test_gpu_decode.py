@@ -357,10 +357,11 @@ def test_a_call_keeps_none_of_its_tensors_alive(splits):
 
 
 def reference_with_variants(query, keys, values, starts, ends, causal, scale, window_left,
-                            softcap, sinks):
+                            softcap, sinks, window_right=None):
     """``reference`` with the variants: scores through softcap * tanh(scores / softcap),
     keys more than window_left before each row's diagonal (ends[b] - q_len + row) left
-    out, and each head's sink in every row's softmax denominator."""
+    out (and more than window_right past it, if given), and each head's sink in every row's
+    softmax denominator."""
     batch, heads, q_len, _ = query.shape
     out = torch.zeros(query.shape[:-1] + values.shape[-1:], dtype=torch.float64,
                       device=query.device)
@@ -375,6 +376,8 @@ def reference_with_variants(query, keys, values, starts, ends, causal, scale, wi
         hidden = key_index < diagonal - window_left
         if causal:
             hidden |= key_index > diagonal
+        if window_right is not None:
+            hidden |= key_index > diagonal + window_right
         scores = scores.masked_fill(hidden, -math.inf)
         sink = sinks.double()[:, None, None].expand(heads, q_len, 1)
         lse[b] = torch.logsumexp(torch.cat([scores, sink], -1), -1)
@@ -396,6 +399,18 @@ def test_window_softcap_and_sinks_in_the_decode_kernel(paged, splits, q_len, cau
 
 
 @pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("splits", [1, None])
+@pytest.mark.parametrize("q_len", [2, 16, 200])
+@pytest.mark.parametrize("window_right", [0, 5, 40])
+def test_a_window_bounded_on_the_right_without_a_causal_mask(paged, splits, q_len,
+                                                             window_right):
+    """Without is_causal, a window of 300 keys before each row's diagonal and window_right
+    after it: the decode kernel's causal mask moved by window_right (steps/decode.py's
+    ``kernel_window``), dense and paged, against float64."""
+    check_variants(paged, splits, q_len, False, window_right=window_right)
+
+
+@pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("head_dim,value_dim", [(96, 96), (192, 128)])
 @pytest.mark.parametrize("q_len", [1, 16, 200])
 def test_window_softcap_and_sinks_at_padded_and_value_head_dims(paged, head_dim, value_dim,
@@ -403,8 +418,10 @@ def test_window_softcap_and_sinks_at_padded_and_value_head_dims(paged, head_dim,
     check_variants(paged, None, q_len, True, head_dim, value_dim)
 
 
-def check_variants(paged, splits, q_len, causal, head_dim=128, value_dim=None):
-    """A window of 300 keys, softcap 10 and sinks against float64 (32/8 heads, bf16)."""
+def check_variants(paged, splits, q_len, causal, head_dim=128, value_dim=None,
+                   window_right=None):
+    """A window of 300 keys (window_right after the diagonal where not causal: None,
+    unbounded), softcap 10 and sinks against float64 (32/8 heads, bf16)."""
     batch, heads, kv_heads, capacity = 4, 32, 8, 1100
     dtype = torch.bfloat16
     generator = torch.Generator(device="cuda").manual_seed(q_len + 10 * paged)
@@ -414,7 +431,8 @@ def check_variants(paged, splits, q_len, causal, head_dim=128, value_dim=None):
     sinks = torch.randn(heads, generator=generator, device="cuda")
     lengths = torch.tensor(ends, dtype=torch.int32, device="cuda")
     options = dict(is_causal=causal, num_splits=splits, return_lse=True, softcap=10.0,
-                   sinks=sinks, window_size=(300, 0 if causal else -1))
+                   sinks=sinks, window_size=(300, 0 if causal else
+                                             -1 if window_right is None else window_right))
     if paged:
         starts = [0] * batch
         (keys, values), table, dense = paged_cache(batch, kv_heads, capacity, head_dim, dtype,
@@ -429,7 +447,8 @@ def check_variants(paged, splits, q_len, causal, head_dim=128, value_dim=None):
                                           cache_leftpad=torch.tensor(starts, dtype=torch.int32,
                                                                      device="cuda"), **options)
     expected, expected_lse = reference_with_variants(query, *dense, starts, ends, causal,
-                                                     1 / math.sqrt(head_dim), 300, 10.0, sinks)
+                                                     1 / math.sqrt(head_dim), 300, 10.0, sinks,
+                                                     window_right)
     assert_close(out, lse, expected, expected_lse, dtype)
 
 

@@ -416,13 +416,33 @@ def test_a_growing_cache_shares_one_plan_per_split_count(monkeypatch):
     assert [plan.constants["TILE_N"] for plan in wide] == [128, 128, 64, 64]
 
 
-def test_windows_bounded_right_take_a_dense_cache_only():
+@pytest.mark.parametrize("causal,q_len,window,expected", [
+    (False, 4, (7, 3), (True, 10, 3)),          # the diagonal moved 3 keys on
+    (False, 4, (None, 3), (True, 2 ** 30, 3)),  # unbounded on the left stays so
+    (False, 4, (7, None), (False, 7, 0)),       # unbounded on the right: no causal mask
+    (False, 1, (7, 3), (False, 7, 0)),          # one row sees every key to the last
+    (True, 4, (7, 0), (True, 7, 0)),
+    (False, 4, None, (False, None, 0))])
+def test_a_window_bounded_on_the_right_runs_as_a_moved_causal_mask(causal, q_len, window,
+                                                                   expected):
+    """The decode kernel's window has the causal mask's right side: a window bounded on the
+    right without one runs as a causal mask whose diagonal moves by the right side, the
+    left side counted from the moved diagonal."""
+    from cutile_fmha.steps import decode
+    from cutile_fmha.steps.variants import Variants
+
+    variants = None if window is None else Variants(window=window)
+    kernel_causal, scalars = decode.kernel_window(
+        decode_shape(4096, q_len=q_len, causal=causal, variants=variants))
+    left = scalars["window_left"] if window is not None else None
+    assert (kernel_causal, left, scalars["window_right"]) == expected
+
+
+def test_a_window_bounded_on_the_right_reaches_the_device_check_on_a_paged_cache():
     query, k, v, table = paged(head_dim=64)
-    query = query.expand(-1, -1, 2, -1)
-    with pytest.raises(ValueError, match=r"a window's right side without is_causal takes a "
-                                         r"dense cache so far, not a paged one \(block_table\)"):
-        attention_with_kvcache(query, k, v, lengths(), block_table=table, is_causal=False,
-                               window_size=(8, 8))
+    with pytest.raises(ValueError, match="query must be on a CUDA device"):
+        attention_with_kvcache(query.expand(-1, -1, 2, -1), k, v, lengths(), block_table=table,
+                               is_causal=False, window_size=(8, 8))
 
 
 def test_variants_on_a_paged_cache_reach_the_device_check():

@@ -353,42 +353,6 @@ def test_llama_demo_runs_and_reports(kernels_on_the_cpu):
         assert line in text
 
 
-@pytest.mark.parametrize("head_dim", [64, 96])
-def test_kvcache_windows_bounded_right_run_the_variable_length_kernel_on_the_cache(
-        head_dim, monkeypatch):
-    """attention_with_kvcache with a window bounded on the right without is_causal (the
-    decode kernel takes the other windows): each batch row's keys from cache_leftpad to
-    cache_seqlens, the window aligned to the last key (the variable-length kernel replaced
-    by float64, and the device check skipped, to run on the CPU)."""
-    from conftest import reference_varlen_forward, reference_with_variants
-
-    import cutile_fmha.kvcache as kvcache
-    import cutile_fmha.varlen as varlen
-    from cutile_fmha.steps.variants import Variants
-
-    monkeypatch.setattr(varlen, "varlen_forward", reference_varlen_forward)
-    monkeypatch.setattr(kvcache, "_check_devices", lambda named: None)
-    generator = torch.Generator().manual_seed(4)
-    query = torch.randn(3, 4, 2, head_dim, generator=generator, dtype=torch.float16)
-    cache = [torch.randn(3, 2, 30, head_dim, generator=generator, dtype=torch.float16)
-             for _ in range(2)]
-    starts, ends = torch.tensor([0, 4, 10], dtype=torch.int32), \
-        torch.tensor([30, 20, 10], dtype=torch.int32)
-    sinks = torch.randn(4, generator=generator)
-    with torch.no_grad():
-        out, lse = kvcache.attention_with_kvcache(
-            query, *cache, ends, cache_leftpad=starts, is_causal=False, return_lse=True,
-            window_size=(7, 3), softcap=4.0, sinks=sinks)
-    variants = Variants(window=(7, 3), softcap=4.0, sinks=True)
-    for b, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
-        expected, expected_lse = reference_with_variants(
-            query[b:b + 1], cache[0][b:b + 1, :, start:end], cache[1][b:b + 1, :, start:end],
-            offset=end - start - 2, causal=False, scale=head_dim ** -0.5, variants=variants,
-            sinks=sinks)
-        torch.testing.assert_close(out[b:b + 1], expected)
-        torch.testing.assert_close(lse[b:b + 1], expected_lse)
-
-
 def test_a_batch_of_several_rows_is_not_searched_for_packed_sequences(monkeypatch,
                                                                        kernels_on_the_cpu):
     """A model passes its (1, q_len) positions with every batch; finding packed sequences in
