@@ -173,7 +173,8 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     query: (batch, heads, q_len, D), q_len from 1 (decoding) to a few (speculative decoding)
     or a chunk of any length (chunked prefill): the columns, heads per K/V head times q_len,
     each rounded up to a power of two, are one CTA's up to 128 and cut into CTAs of 128
-    beyond, each reading the keys up to its last row's; float16 or bfloat16, last dimension contiguous; D any
+    beyond, each reading the keys up to its last row's; float16 or bfloat16, last
+    dimension contiguous; D any
     multiple of 8 up to 256 (80, 96, 192 run on tiles of the next of 64, 128 and 256,
     reading only the cache's own columns).
     key_cache, value_cache: the cache, already holding the new tokens' keys and values

@@ -35,8 +35,9 @@ once and does two multiply-adds per byte. So the kernel's shape follows the byte
 The variants of kernels/variants.py are constants here too: SOFTCAP (the scores through a
 tanh), WINDOW (each query row sees window_left keys before its diagonal, last_key below,
 the diagonal window_right keys past the causal one; the key tiles below every row's window
-are not this sequence's tiles at all, so the splits share the window only) and SINKS (each head's sink joins the first split's running
-max and sum, as a key seen first; the merge weighs it with that split).
+are not this sequence's tiles at all, so the splits share the window only) and SINKS
+(each head's sink joins the first split's running max and sum, as a key seen first; the
+merge weighs it with that split).
 
 Only the tiles at the ends of a sequence (KeyStarts not on a tile boundary or below the
 window, the last keys, the causal diagonal) run mask code. Their V rows outside the
@@ -260,11 +261,11 @@ def normalized(m, l, acc):
 @ct.kernel
 def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTable, Sinks,
            qk_scale: float, softcap: float, window_left: int, window_right: int,
-           TILE_D: ConstInt, TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, GROUP_TILE: ConstInt,
-           QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
-           HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool, SPLIT: ConstBool, WRITE_LSE: ConstBool,
-           SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool, QUERIES_ON_M: ConstBool,
-           COLUMN_TILES: ConstInt):
+           TILE_D: ConstInt, TILE_DV: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
+           GROUP_TILE: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool,
+           BLOCK_SIZE: ConstInt, HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool, SPLIT: ConstBool,
+           WRITE_LSE: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool,
+           QUERIES_ON_M: ConstBool, COLUMN_TILES: ConstInt):
     """Q: (batch, heads, q_len, D), Out: (batch, heads, q_len, D_v), any strides; Lse:
     (batch, heads, q_len) float32; Partial, PartialLse: (batch, kv_heads, splits, M, D_v)
     and (.., M) float32 with M = GROUP_TILE * QUERY_ROWS (written instead of Out and Lse
