@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .dropin import _check_variants, checked_once
-from .platforms.entry import DECODE_GUESS
+from .platforms.entry import DECODE_GUESS, runs_on_padded_tiles
 from .steps.decode import DecodeShape, decode_forward
 from .steps.launcher import DTYPES, PADDED_HEAD_DIM_MULTIPLE, _check_devices, softmax_scale
 from .steps.variants import Variants
@@ -22,13 +22,6 @@ __all__ = ["attention_with_kvcache"]
 HEAD_DIMS = tuple(DECODE_GUESS)  # every platform entry has a decode launch for these
 MAX_SPLITS = 64
 MIN_BLOCK_SIZE = 16  # each block's rows are one TMA load (kernels/decode.py)
-
-
-def decodes_head_dim(head_dim: int) -> bool:
-    """Whether the decode kernel runs a query/key or value head dim: one of HEAD_DIMS, or a
-    multiple of PADDED_HEAD_DIM_MULTIPLE below the widest, on tiles padded to the next of
-    HEAD_DIMS (``tile_head_dim``: the loads give zeros past the last column)."""
-    return 0 < head_dim <= HEAD_DIMS[-1] and head_dim % PADDED_HEAD_DIM_MULTIPLE == 0
 
 
 @torch.library.custom_op("cutile_fmha::decode", mutates_args=())
@@ -110,11 +103,11 @@ def _check(query, key_cache, value_cache, cache_seqlens, block_table, cache_left
         raise ValueError(f"key_cache and value_cache must have one shape but for the head dim, "
                          f"got {tuple(key_cache.shape)} and {tuple(value_cache.shape)}")
     batch, heads, q_len, head_dim = query.shape
-    if not decodes_head_dim(head_dim):
+    if not runs_on_padded_tiles(head_dim):
         raise ValueError(f"head dim (last dimension of query) must be a multiple of "
                          f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]}, got {head_dim}")
     value_dim = value_cache.shape[-1]
-    if not decodes_head_dim(value_dim):
+    if not runs_on_padded_tiles(value_dim):
         raise ValueError(f"value_cache's head dim must be a multiple of "
                          f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]}, got {value_dim}")
     if key_cache.shape[-1] != head_dim:
@@ -174,9 +167,8 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
     or a chunk of any length (chunked prefill): the columns, heads per K/V head times q_len,
     each rounded up to a power of two, are one CTA's up to 128 and cut into CTAs of 128
     beyond, each reading the keys up to its last row's; float16 or bfloat16, last
-    dimension contiguous; D any
-    multiple of 8 up to 256 (80, 96, 192 run on tiles of the next of 64, 128 and 256,
-    reading only the cache's own columns).
+    dimension contiguous; D any multiple of 8 up to 256 (80, 96, 192 run on tiles of the
+    next of 64, 128 and 256, reading only the cache's own columns).
     key_cache, value_cache: the cache, already holding the new tokens' keys and values
     (appending is the caller's, as transformers' and vLLM's caches do it; cache_seqlens
     counts them): dense (batch, kv_heads, max_len, D), transformers' layout; or paged

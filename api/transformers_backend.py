@@ -36,6 +36,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from . import kvcache
 from .dropin import _check_variants, needs_grad, run_attention
 from .kernels.padding import NO_PADDING, RUNS
+from .platforms.entry import runs_on_padded_tiles
 from .steps.launcher import softmax_scale
 from .steps.padding import padding_runs
 from .steps.variants import NO_VARIANTS
@@ -297,8 +298,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     elif attention_mask is None and query.shape[0] == 1 and (
             found := packed_sequences_of_positions(kwargs.get("position_ids"), q_len)) is not None:
         packed = (found[0], found[0], found[1], found[1])
-    decode = (q_len <= DECODE_MAX_QUERY and kvcache.decodes_head_dim(query.shape[-1])
-              and kvcache.decodes_head_dim(value.shape[-1]) and not needs_grad(query, key, value))
+    decode = (q_len <= DECODE_MAX_QUERY and runs_on_padded_tiles(query.shape[-1])
+              and runs_on_padded_tiles(value.shape[-1]) and not needs_grad(query, key, value))
     variants, sinks = _layer_variants(query, is_causal, **kwargs)
     # attention_with_kvcache's names for them (decoding steps)
     variant_options = dict(window_size=tuple(-1 if side is None else side

@@ -30,6 +30,12 @@ def tile_head_dim(head_dim: int) -> int:
     return next(d for d in HEAD_DIMS if d >= head_dim)
 
 
+def runs_on_padded_tiles(head_dim: int) -> bool:
+    """Whether the kernels that pad (``tile_head_dim``) run a tensor's head dim: a positive
+    multiple of PADDED_HEAD_DIM_MULTIPLE up to HEAD_DIMS[-1]."""
+    return 0 < head_dim <= HEAD_DIMS[-1] and head_dim % PADDED_HEAD_DIM_MULTIPLE == 0
+
+
 def launch_head_dim(q_head_dim: int, v_head_dim: int) -> int:
     """The head dim whose platform-table launch (tiles, hints) a call takes: the wider of
     its two tile widths."""

@@ -16,7 +16,7 @@ import torch
 
 from ..platforms import (HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS, PlatformEntry, TileShape,
                          arch_of_capability, entry_for)
-from ..platforms.entry import PADDED_HEAD_DIM_MULTIPLE, tile_head_dim
+from ..platforms.entry import PADDED_HEAD_DIM_MULTIPLE, runs_on_padded_tiles, tile_head_dim
 from ..platforms.environment import CHECK_COMMAND, require_environment
 from .definitions import STEPS, fastest_step, steps_for
 from .family import FORWARD_TENSORS, UNUSED_ARRAY, forward_constants
@@ -213,7 +213,7 @@ def _check_shapes(q, k, v, n: Names, *, padded: bool = False, whole: bool = True
     batch, heads, q_len, head_dim = q.shape
     if padded and is_padded(q, v):
         for name, dim in ((f"{n.q} and {n.k}", head_dim), (n.v, v.shape[-1])):
-            if dim > HEAD_DIMS[-1] or dim % PADDED_HEAD_DIM_MULTIPLE or dim < 1:
+            if not runs_on_padded_tiles(dim):
                 raise ValueError(
                     f"head dims must be one of {HEAD_DIMS + LARGE_HEAD_DIMS}, or multiples of "
                     f"{PADDED_HEAD_DIM_MULTIPLE} up to {HEAD_DIMS[-1]} (there {n.v}'s may "
