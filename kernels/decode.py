@@ -284,8 +284,17 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
     splits = ct.num_blocks(0) // COLUMN_TILES
     q_len = Q.shape[2]
     columns = GROUP_TILE * QUERY_ROWS // COLUMN_TILES
-    # The query rows of this tile's columns: all, or under COLUMN_TILES one head's run.
-    first_row = (column_tile * columns) % QUERY_ROWS if columns < QUERY_ROWS else 0
+    # The query rows of this tile's columns: all, or where a tile holds part of one head's
+    # rows, a run of them. The CTAs take those runs last rows first, the heads side by side:
+    # under CAUSAL the last rows see the most keys (step 8's longest tiles first).
+    first_row = 0
+    tile_is_query = True
+    if columns < QUERY_ROWS:
+        row_tiles = QUERY_ROWS // columns
+        column_tile = column_tile % GROUP_TILE * row_tiles + \
+            (row_tiles - 1 - column_tile // GROUP_TILE)
+        first_row = column_tile % row_tiles * columns
+        tile_is_query = (first_row < q_len) & (column_tile // row_tiles < QUERY_GROUP)
     last_row = min(first_row + min(columns, QUERY_ROWS), q_len) - 1
     capacity = BlockTable.shape[1] * BLOCK_SIZE if PAGED else K.shape[2]
     start, end = key_range(KeyStarts, KeyEnds, batch, capacity, HAS_STARTS, HAS_LENGTHS)
@@ -320,6 +329,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
         seen_end = max(min(diagonal + last_row + 1, end), lowest)
     first_tile = lowest // TILE_N
     num_tiles = ct.cdiv(seen_end, TILE_N) - first_tile
+    if not tile_is_query:  # rows past q_len, or heads past the group: no keys to read
+        num_tiles = 0
     per_split = ct.cdiv(num_tiles, splits)
     lo = first_tile + min(split * per_split, num_tiles)
     hi = first_tile + min((split + 1) * per_split, num_tiles)

@@ -110,11 +110,13 @@ CASES = [
     (2, 32, 8, 16, 64, 4100, (4100, 517), False),
     # a chunk of new tokens past one CTA's 128 columns, in tiles of 128 (COLUMN_TILES):
     # 2 tiles of 4 heads x 64 rows, 16 tiles of one head's 128 rows, 8 of one head's 128
-    # of 1024 rows, 4 at D=256; lengths shorter than the chunk and 0
+    # of 1024 rows, 4 at D=256 (the 4th head's past the group of 3), 4 of 512 rows (the
+    # last past the chunk's 300); lengths shorter than the chunk and 0
     (3, 32, 8, 33, 128, 1500, (1500, 0, 40), True),
     (2, 16, 2, 200, 128, 2100, (2100, 300), False),
     (2, 8, 8, 1000, 64, 3000, (3000, 1001), True),
     (2, 12, 4, 129, 256, 900, (900, 129), False),
+    (2, 8, 8, 300, 64, 1200, (1200, 250), True),
 ]
 
 
