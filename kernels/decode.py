@@ -86,51 +86,69 @@ def ending_blocks(Cache, end, BLOCK_SIZE: ConstInt):
 
 
 def load_block_rows(Cache, BlockTable, batch, kv_head, first_key, ROWS: ConstInt,
-                    TILE_D: ConstInt, BLOCK_SIZE: ConstInt):
-    """ROWS keys of a paged cache from first_key on, all in one block: (ROWS, TILE_D)."""
+                    COLUMNS: ConstInt, COLUMN_TILE: ConstInt, BLOCK_SIZE: ConstInt):
+    """ROWS keys of a paged cache from first_key on, all in one block: (ROWS, COLUMNS),
+    the head dim's columns COLUMN_TILE * COLUMNS on."""
     block = step9.block_of(Cache, BlockTable, batch, first_key // BLOCK_SIZE)
-    return ct.load(Cache, index=(block, (first_key % BLOCK_SIZE) // ROWS, kv_head, 0),
-                   shape=(1, ROWS, 1, TILE_D), padding_mode=ZERO,
-                   latency=4).reshape((ROWS, TILE_D))
+    return ct.load(Cache, index=(block, (first_key % BLOCK_SIZE) // ROWS, kv_head, COLUMN_TILE),
+                   shape=(1, ROWS, 1, COLUMNS), padding_mode=ZERO,
+                   latency=4).reshape((ROWS, COLUMNS))
 
 
 def load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N: ConstInt,
-                    TILE_D: ConstInt, PAGED: ConstBool, BLOCK_SIZE: ConstInt):
-    """Keys tile * TILE_N.. of one sequence and K/V head, (TILE_N, TILE_D), zero past the
-    cache. A paged tile spans TILE_N // BLOCK_SIZE blocks (at most 8), each its own TMA
-    load (Hopper's TMA has no gather), joined."""
+                    COLUMNS: ConstInt, COLUMN_TILE: ConstInt, PAGED: ConstBool,
+                    BLOCK_SIZE: ConstInt):
+    """Keys tile * TILE_N.. of one sequence and K/V head, (TILE_N, COLUMNS) from column
+    COLUMN_TILE * COLUMNS on, zero past the cache. A paged tile spans TILE_N // BLOCK_SIZE
+    blocks (at most 8), each its own TMA load (Hopper's TMA has no gather), joined."""
     if not PAGED:
-        return ct.load(Cache, index=(batch, kv_head, tile, 0), shape=(1, 1, TILE_N, TILE_D),
-                       padding_mode=ZERO, latency=4).reshape((TILE_N, TILE_D))
+        return ct.load(Cache, index=(batch, kv_head, tile, COLUMN_TILE),
+                       shape=(1, 1, TILE_N, COLUMNS), padding_mode=ZERO,
+                       latency=4).reshape((TILE_N, COLUMNS))
     rows = min(TILE_N, BLOCK_SIZE)
     blocks = ()
     for b in ct.static_iter(range(TILE_N // rows)):
         blocks += (load_block_rows(Cache, BlockTable, batch, kv_head, tile * TILE_N + b * rows,
-                                   rows, TILE_D, BLOCK_SIZE),)
+                                   rows, COLUMNS, COLUMN_TILE, BLOCK_SIZE),)
     return joined(blocks, 0)
 
 
 def load_tile_rows(Cache, BlockTable, batch, kv_head, tile, offset, ROWS: ConstInt,
-                   TILE_N: ConstInt, TILE_D: ConstInt, PAGED: ConstBool, BLOCK_SIZE: ConstInt):
-    """(ROWS, TILE_D) of key tile `tile` from its row `offset` on: the whole tile (ROWS =
-    TILE_N) or one block of it."""
+                   TILE_N: ConstInt, COLUMNS: ConstInt, COLUMN_TILE: ConstInt,
+                   PAGED: ConstBool, BLOCK_SIZE: ConstInt):
+    """(ROWS, COLUMNS) of key tile `tile` from its row `offset` on (the whole tile, ROWS =
+    TILE_N, or one block of it), from column COLUMN_TILE * COLUMNS on."""
     if ROWS == TILE_N:
-        return load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N, TILE_D, PAGED,
-                               BLOCK_SIZE)
+        return load_cache_tile(Cache, BlockTable, batch, kv_head, tile, TILE_N, COLUMNS,
+                               COLUMN_TILE, PAGED, BLOCK_SIZE)
     return load_block_rows(Cache, BlockTable, batch, kv_head, tile * TILE_N + offset, ROWS,
-                           TILE_D, BLOCK_SIZE)
+                           COLUMNS, COLUMN_TILE, BLOCK_SIZE)
 
 
-def tile_scores(K, BlockTable, q_t, tile, offset, batch, kv_head, start, end, last_key,
+def column_pieces(TILE: ConstInt, TAIL: ConstInt):
+    """The (columns, column tile) of K's loads on a TILE-wide tile, each its own product
+    into S^T: the whole tile, or with TAIL its first half and TAIL columns after it (zero
+    past the head dim). A load's columns past the tensor's cost its TMA load as if read: a
+    (128, 128) tile of an 80-column cache read at 81% of the HBM peak, as (128, 64) and
+    (128, 16) tiles at 89% (H100, docs/performance.md). V keeps one load: its pieces, as
+    products of 16 rows or joined with ct.cat, went through registers and lost."""
+    if TAIL == 0:
+        return ((TILE, 0),)
+    return ((TILE // 2, 0), (TAIL, TILE // 2 // TAIL))
+
+
+def tile_scores(K, BlockTable, q_parts, tile, offset, batch, kv_head, start, end, last_key,
                 tanh_scale, window_left, ROWS: ConstInt, TILE_N: ConstInt, TILE_D: ConstInt,
-                CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool,
-                WINDOW: ConstBool, MASKED: ConstBool):
+                D_TAIL: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt,
+                SOFTCAP: ConstBool, WINDOW: ConstBool, MASKED: ConstBool):
     """(S^T of key tile `tile`'s ROWS keys from `offset` on (ROWS, M), under MASKED -inf
     where a column does not see the key; which of the keys are the sequence's, (ROWS, 1),
     or None)."""
-    k = load_tile_rows(K, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, TILE_D,
-                       PAGED, BLOCK_SIZE)
-    s = ct.mma(k, q_t, ct.full((ROWS, q_t.shape[1]), 0.0, dtype=ct.float32))
+    s = ct.full((ROWS, q_parts[0].shape[1]), 0.0, dtype=ct.float32)
+    for i, (columns, column_tile) in ct.static_iter(enumerate(column_pieces(TILE_D, D_TAIL))):
+        k = load_tile_rows(K, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, columns,
+                           column_tile, PAGED, BLOCK_SIZE)
+        s = ct.mma(k, q_parts[i], s)
     if SOFTCAP:
         s = ct.tanh(s * tanh_scale, rounding_mode=ct.RoundingMode.APPROX)
     in_sequence = None
@@ -149,17 +167,18 @@ def add_values(V, BlockTable, p, acc, tile, offset, in_sequence, batch, kv_head,
                BLOCK_SIZE: ConstInt, MASKED: ConstBool):
     """acc + V^T P^T over key tile `tile`'s ROWS keys from `offset` on (under MASKED, V rows
     outside the sequence zeroed: a cache's unused slots may hold NaN)."""
-    v = load_tile_rows(V, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, TILE_DV,
+    v = load_tile_rows(V, BlockTable, batch, kv_head, tile, offset, ROWS, TILE_N, TILE_DV, 0,
                        PAGED, BLOCK_SIZE)
     if MASKED:
         v = ct.where(in_sequence, v, 0.0)
     return ct.mma(ct.transpose(v), p.astype(v.dtype), acc)
 
 
-def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_head, start,
+def attend(K, V, BlockTable, q_parts, m, l, acc, first_tile, end_tile, batch, kv_head, start,
            end, last_key, qk_scale_log2, tanh_scale, window_left, TILE_D: ConstInt,
-           TILE_DV: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool,
-           BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool, WINDOW: ConstBool, MASKED: ConstBool):
+           TILE_DV: ConstInt, D_TAIL: ConstInt, TILE_N: ConstInt,
+           CAUSAL: ConstBool, PAGED: ConstBool, BLOCK_SIZE: ConstInt, SOFTCAP: ConstBool,
+           WINDOW: ConstBool, MASKED: ConstBool):
     """Key tiles first_tile..end_tile-1 into the running column statistics (m, l: (1, M))
     and acc (TILE_DV, M); with MASKED, keys outside start..end-1, past each column's
     `last_key` and (WINDOW) more than window_left before it count for nothing.
@@ -168,9 +187,9 @@ def attend(K, V, BlockTable, q_t, m, l, acc, first_tile, end_tile, batch, kv_hea
     blocks went through registers (LDSM) and took shared memory from the load pipeline."""
     halves = PAGED and TILE_N == 2 * BLOCK_SIZE and BLOCK_SIZE >= 64
     rows = TILE_N // 2 if halves else TILE_N
-    keys = (K, BlockTable, q_t)
+    keys = (K, BlockTable, q_parts)
     where = (batch, kv_head, start, end, last_key, tanh_scale, window_left, rows, TILE_N,
-             TILE_D, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, MASKED)
+             TILE_D, D_TAIL, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP, WINDOW, MASKED)
     values = (batch, kv_head, rows, TILE_N, TILE_DV, PAGED, BLOCK_SIZE, MASKED)
     for j in range(first_tile, end_tile):
         s, in_sequence = tile_scores(*keys, j, 0, *where)
@@ -265,7 +284,7 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
            GROUP_TILE: ConstInt, QUERY_ROWS: ConstInt, CAUSAL: ConstBool, PAGED: ConstBool,
            BLOCK_SIZE: ConstInt, HAS_STARTS: ConstBool, HAS_LENGTHS: ConstBool, SPLIT: ConstBool,
            WRITE_LSE: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool, SINKS: ConstBool,
-           QUERIES_ON_M: ConstBool, COLUMN_TILES: ConstInt):
+           QUERIES_ON_M: ConstBool, COLUMN_TILES: ConstInt, D_TAIL: ConstInt):
     """Q: (batch, heads, q_len, D), Out: (batch, heads, q_len, D_v), any strides; Lse:
     (batch, heads, q_len) float32; Partial, PartialLse: (batch, kv_heads, splits, M, D_v)
     and (.., M) float32 with M = GROUP_TILE * QUERY_ROWS (written instead of Out and Lse
@@ -363,13 +382,15 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
             l = ct.where(first_split, 1.0, l)
         acc = ct.full((TILE_DV, columns), 0.0, dtype=ct.float32)
         q_t = ct.transpose(q)
+        q_parts = tuple(ct.extract(q_t, (column_tile, 0), (width, columns))
+                        for width, column_tile in ct.static_iter(column_pieces(TILE_D, D_TAIL)))
         shared = (K, V, BlockTable)
         settings = (batch, kv_head, start, end, last_key, qk_scale_log2, tanh_scale,
-                    window_left, TILE_D, TILE_DV, TILE_N, CAUSAL, PAGED, BLOCK_SIZE, SOFTCAP,
-                    WINDOW)
-        m, l, acc = attend(*shared, q_t, m, l, acc, lo, unmasked_lo, *settings, True)
-        m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
-        m, l, acc = attend(*shared, q_t, m, l, acc, unmasked_hi, hi, *settings, True)
+                    window_left, TILE_D, TILE_DV, D_TAIL, TILE_N, CAUSAL, PAGED, BLOCK_SIZE,
+                    SOFTCAP, WINDOW)
+        m, l, acc = attend(*shared, q_parts, m, l, acc, lo, unmasked_lo, *settings, True)
+        m, l, acc = attend(*shared, q_parts, m, l, acc, unmasked_lo, unmasked_hi, *settings, False)
+        m, l, acc = attend(*shared, q_parts, m, l, acc, unmasked_hi, hi, *settings, True)
         out, lse_log2 = normalized(m, l, acc)
         out = ct.transpose(out)
     if SPLIT:

@@ -16,7 +16,7 @@ import torch
 
 from ..kernels import decode as kernels
 from ..platforms import DecodeLaunch, entry_for
-from ..platforms.entry import launch_head_dim, tile_head_dim
+from ..platforms.entry import launch_head_dim, loaded_tail, tile_head_dim
 from .family import DECODE, MERGE_SPLITS, UNUSED_ARRAY, KeptArray
 from .launcher import current_stream, device_facts, remember, sinks_argument, with_hints
 from .variants import NO_VARIANTS, Variants
@@ -169,6 +169,17 @@ def kernel_window(shape: DecodeShape) -> tuple[bool, dict]:
                             "window_right": right}
 
 
+def key_tail(shape: DecodeShape, queries_on_m: bool) -> int:
+    """The decode kernel's D_TAIL: K's loads in two pieces (``loaded_tail``) in the
+    transposed products of a dense cache or of blocks of 64 keys and more. There they took
+    0.95-1.00x the time of one padded load (D 72-192, paged at batch 64 0.92-0.93x); in
+    blocks of 16 1.06-1.17x at D=72 and 80 (H100, 2026-11-27: docs/performance.md,
+    "K in pieces"). On the M side the loads are step 9's."""
+    if queries_on_m or (shape.block_size is not None and shape.block_size < 64):
+        return 0
+    return loaded_tail(shape.head_dim)
+
+
 def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                 device: torch.device, early_merge: bool = False) -> DecodePlan:
     """The launches of `shape` with `launch` (a platform entry's for its head dim), on a
@@ -192,7 +203,8 @@ def decode_plan(shape: DecodeShape, launch: DecodeLaunch, sms: int,
                           "PAGED": shape.block_size is not None,
                           "BLOCK_SIZE": shape.block_size or 1, "HAS_STARTS": shape.has_starts,
                           "HAS_LENGTHS": shape.has_lengths, "SPLIT": splits > 1,
-                          "QUERIES_ON_M": queries_on_m, "COLUMN_TILES": tiles} | \
+                          "QUERIES_ON_M": queries_on_m, "COLUMN_TILES": tiles,
+                          "D_TAIL": key_tail(shape, queries_on_m)} | \
         shape.asked.constants()
     merge_constants = common | {"SPLITS_TILE": power_of_two_at_least(splits)}
     sizes = {"batch": shape.batch, "kv_heads": shape.kv_heads, "q_len": shape.q_len,

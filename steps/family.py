@@ -483,7 +483,7 @@ DECODE = KernelFamily(
                                         "GROUP_TILE", "QUERY_ROWS", "CAUSAL", "PAGED",
                                         "BLOCK_SIZE", "HAS_STARTS", "HAS_LENGTHS", "SPLIT",
                                         "WRITE_LSE")
-          + VARIANT_CONSTANTS + ("QUERIES_ON_M", "COLUMN_TILES")),
+          + VARIANT_CONSTANTS + ("QUERIES_ON_M", "COLUMN_TILES", "D_TAIL")),
     grid=lambda values: (values["splits"] * values["COLUMN_TILES"], values["kv_heads"],
                          values["batch"]),
 )
