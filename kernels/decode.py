@@ -382,8 +382,8 @@ def decode(Q, K, V, Out, Lse, Partial, PartialLse, KeyStarts, KeyEnds, BlockTabl
             l = ct.where(first_split, 1.0, l)
         acc = ct.full((TILE_DV, columns), 0.0, dtype=ct.float32)
         q_t = ct.transpose(q)
-        q_parts = tuple(ct.extract(q_t, (column_tile, 0), (width, columns))
-                        for width, column_tile in ct.static_iter(column_pieces(TILE_D, D_TAIL)))
+        q_parts = tuple(ct.extract(q_t, (piece, 0), (width, columns))
+                        for width, piece in ct.static_iter(column_pieces(TILE_D, D_TAIL)))
         shared = (K, V, BlockTable)
         settings = (batch, kv_head, start, end, last_key, qk_scale_log2, tanh_scale,
                     window_left, TILE_D, TILE_DV, D_TAIL, TILE_N, CAUSAL, PAGED, BLOCK_SIZE,
