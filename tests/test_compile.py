@@ -186,6 +186,10 @@ def _decode_cases():
     # padded tiles: 96 on 128 columns; 192/128, Q and K on 256, V on 128
     yield FULL_GRID_ARCH, 96, DECODE_VARIANTS[2]
     yield FULL_GRID_ARCH, 192, DECODE_VARIANTS[5] | {"value_head_dim": 128}
+    # K in two loads (D_TAIL): 80 on 64 + 16 columns, paged in blocks of 64, and dense on
+    # another architecture
+    yield FULL_GRID_ARCH, 80, dict(block_size=64, splits=3)
+    yield OTHER_ARCHS[0], 80, {}
     # a chunk of 300 new tokens: CTAs of 128 columns (COLUMN_TILES)
     yield FULL_GRID_ARCH, 128, dict(block_size=64, splits=2, q_len=300, causal=True)
     for index, arch in enumerate(OTHER_ARCHS):

@@ -324,6 +324,37 @@ def test_32_columns_are_padded_to_64_where_64_run_on_the_m_side(group, q_len, bl
     assert constants["QUERIES_ON_M"] is (group * query_rows >= 64)
 
 
+@pytest.mark.parametrize("head_dim,tail", [
+    (64, 0), (128, 0), (256, 0),  # whole tiles: one load
+    (72, 8), (80, 16), (96, 32), (40, 8), (48, 16), (136, 8), (160, 32), (192, 64),
+    (112, 0), (56, 0), (200, 0), (32, 0),  # a rest past a quarter of the tile, or none
+])
+def test_keys_below_their_tiles_width_load_in_two_pieces(head_dim, tail):
+    """loaded_tail: the second of K's two loads covers the head dim's rest past half its
+    tile, a power of two of at least 8 columns, where that rest is at most a quarter."""
+    from cutile_fmha.platforms.entry import loaded_tail
+
+    assert loaded_tail(head_dim) == tail
+
+
+@pytest.mark.parametrize("q_len,block_size,has_starts,tail", [
+    (1, None, False, 16), (1, 64, False, 16), (1, 256, True, 16),  # transposed products
+    (1, 16, False, 0), (1, 32, False, 0),  # blocks under 64 keys: one load
+    (16, None, False, 0), (16, 64, False, 0),  # 64 columns on the M side: step 9's loads
+])
+def test_the_transposed_products_take_keys_in_pieces_from_blocks_of_64(q_len, block_size,
+                                                                       has_starts, tail):
+    """The decode plan's D_TAIL (D=80): K in two loads on a dense cache or in blocks of 64
+    keys and more, where the products are transposed; one load in smaller blocks and on
+    the M side."""
+    from cutile_fmha.steps import decode
+
+    launch = entry_for("sm_90").decode[128]
+    shape = decode_shape(4096, head_dim=80, q_len=q_len, batch=16, block_size=block_size,
+                         has_starts=has_starts)
+    assert decode.decode_plan(shape, launch, sms=132, device=None).constants["D_TAIL"] == tail
+
+
 def assert_launch(launch, shape, tile_n: int, wide: bool) -> None:
     """`launch`'s plan of `shape` (on 132 SMs) has tiles of `tile_n` keys, at the wide
     launch's hints or, where not `wide`, at its own."""
