@@ -30,19 +30,6 @@ def tile_head_dim(head_dim: int) -> int:
     return next(d for d in HEAD_DIMS if d >= head_dim)
 
 
-def loaded_tail(head_dim: int) -> int:
-    """K's loads in the decode kernel for a head dim below its tile's (``tile_head_dim``):
-    the width of the second of two TMA loads, the first taking the tile's first half of
-    the columns and this one, a power of two, the rest (zeros past it; kernels/decode.py's
-    D_TAIL); 0 where one load of the whole tile pads no more (a whole tile, a rest past a
-    quarter of it, or none)."""
-    tile = tile_head_dim(head_dim)
-    rest = head_dim - tile // 2
-    if head_dim == tile or not 0 < rest <= tile // 4:
-        return 0
-    return max(1 << (rest - 1).bit_length(), PADDED_HEAD_DIM_MULTIPLE)
-
-
 def runs_on_padded_tiles(head_dim: int) -> bool:
     """Whether the kernels that pad (``tile_head_dim``) run a tensor's head dim: a positive
     multiple of PADDED_HEAD_DIM_MULTIPLE up to HEAD_DIMS[-1]."""

@@ -16,7 +16,7 @@ import torch
 
 from ..kernels import decode as kernels
 from ..platforms import DecodeLaunch, entry_for
-from ..platforms.entry import launch_head_dim, loaded_tail, tile_head_dim
+from ..platforms.entry import PADDED_HEAD_DIM_MULTIPLE, launch_head_dim, tile_head_dim
 from .family import DECODE, MERGE_SPLITS, UNUSED_ARRAY, KeptArray
 from .launcher import current_stream, device_facts, remember, sinks_argument, with_hints
 from .variants import NO_VARIANTS, Variants
@@ -167,6 +167,20 @@ def kernel_window(shape: DecodeShape) -> tuple[bool, dict]:
     right = min(window[1], WINDOW_REACH)
     return True, scalars | {"window_left": min(scalars["window_left"] + right, WINDOW_REACH),
                             "window_right": right}
+
+
+def loaded_tail(head_dim: int) -> int:
+    """The width of the second of K's two loads in the decode kernel for a head dim below
+    its tile's (kernels/decode.py's D_TAIL): the first takes the tile's first half of the
+    columns, this one, a power of two, the rest, zeros past it; 0 where the rest is past a
+    quarter of the tile (a whole tile, 112 of 128) or none. Unlike the forward's
+    ``split_head_dim``, which must cover the head dim exactly (its two products' steps),
+    this only spares the TMA load its padded columns: 72 loads 64 + 8, 88 64 + 32."""
+    half = tile_head_dim(head_dim) // 2
+    rest = head_dim - half
+    if not 0 < rest <= half // 2:
+        return 0
+    return max(power_of_two_at_least(rest), PADDED_HEAD_DIM_MULTIPLE)
 
 
 def key_tail(shape: DecodeShape, queries_on_m: bool) -> int:

@@ -332,7 +332,7 @@ def test_32_columns_are_padded_to_64_where_64_run_on_the_m_side(group, q_len, bl
 def test_keys_below_their_tiles_width_load_in_two_pieces(head_dim, tail):
     """loaded_tail: the second of K's two loads covers the head dim's rest past half its
     tile, a power of two of at least 8 columns, where that rest is at most a quarter."""
-    from cutile_fmha.platforms.entry import loaded_tail
+    from cutile_fmha.steps.decode import loaded_tail
 
     assert loaded_tail(head_dim) == tail
 
