@@ -238,16 +238,26 @@ def draw_dense(rng: random.Random) -> tuple[Case, torch.dtype]:
         d = dv = rng.choice([320, 384, 512])
         window, softcap, sinks, grad = (-1, -1), None, None, False
     scale = rng.choice([None, rng.uniform(0.02, 0.3)])
-    seq_major = rng.random() < 0.3  # (batch, seq, heads, D) tensors viewed as SDPA's layout
+    # SDPA's layout, (batch, seq, heads, D) tensors viewed as it, or one projection's
+    # (batch, seq, 3, heads, D) output viewed as q, k and v
+    layout = rng.choice(["heads", "heads", "seq", "qkv"])
+    if layout == "qkv" and (kv_heads, k_len, dv) != (heads, q_len, d):
+        layout = "seq"
+    magnitude = rng.uniform(0.5, 3.0)
 
     def make(h, n, width, magnitude=1.0):
-        shape = (batch, n, h, width) if seq_major else (batch, h, n, width)
-        t = torch.randn(shape, device=DEVICE) * magnitude
-        t = t.to(dtype)
-        return (t.transpose(1, 2) if seq_major else t).requires_grad_(grad)
+        shape = (batch, n, h, width) if layout == "seq" else (batch, h, n, width)
+        t = (torch.randn(shape, device=DEVICE) * magnitude).to(dtype)
+        return (t.transpose(1, 2) if layout == "seq" else t).requires_grad_(grad)
 
-    q = make(heads, q_len, d, rng.uniform(0.5, 3.0))
-    k, v = make(kv_heads, k_len, d), make(kv_heads, k_len, dv)
+    if layout == "qkv":
+        qkv = torch.randn(batch, q_len, 3, heads, d, device=DEVICE)
+        qkv[:, :, 0] *= magnitude
+        qkv = qkv.to(dtype).requires_grad_(grad)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    else:
+        q = make(heads, q_len, d, magnitude)
+        k, v = make(kv_heads, k_len, d), make(kv_heads, k_len, dv)
     if sinks is not None:
         sinks.requires_grad_(grad)
     mask = {"bottom_right": causal_lower_right(q_len, k_len),
@@ -279,11 +289,20 @@ def draw_varlen(rng: random.Random) -> tuple[Case, torch.dtype]:
     window, softcap, sinks = variants(rng, causal, heads)
     scale = rng.choice([None, rng.uniform(0.02, 0.3)])
     grad = rng.random() < 0.5 and sum(q_lens) > 0 and sum(k_lens) > 0
-    q = (torch.randn(sum(q_lens), heads, d, device=DEVICE) * rng.uniform(0.5, 3.0)).to(dtype)
-    k = torch.randn(sum(k_lens), kv_heads, d, device=DEVICE).to(dtype)
-    v = torch.randn(sum(k_lens), kv_heads, dv, device=DEVICE).to(dtype)
-    for t in (q, k, v):
-        t.requires_grad_(grad)
+    magnitude = rng.uniform(0.5, 3.0)
+    if (kv_heads, k_lens, dv) == (heads, q_lens, d) and rng.random() < 0.4:
+        # one projection's (tokens, 3, heads, D) output viewed as q, k and v
+        qkv = torch.randn(sum(q_lens), 3, heads, d, device=DEVICE)
+        qkv[:, 0] *= magnitude
+        qkv = qkv.to(dtype).requires_grad_(grad)
+        q, k, v = qkv.unbind(1)
+    else:  # one more head allocated than used, sometimes: a stride past the heads' extent
+        spare = rng.choice([0, 0, 1])
+        q, k, v = ((torch.randn(n, h + spare, w, device=DEVICE) * m).to(dtype)[:, :h]
+                   .requires_grad_(grad)
+                   for n, h, w, m in ((sum(q_lens), heads, d, magnitude),
+                                      (sum(k_lens), kv_heads, d, 1.0),
+                                      (sum(k_lens), kv_heads, dv, 1.0)))
     if sinks is not None:
         sinks.requires_grad_(grad)
     cu_q, cu_k = ([0] + list(torch.tensor(lens).cumsum(0).tolist()) for lens in (q_lens, k_lens))
@@ -317,8 +336,8 @@ def draw_varlen(rng: random.Random) -> tuple[Case, torch.dtype]:
 def draw_kvcache(rng: random.Random) -> tuple[Case, torch.dtype]:
     dtype, d, dv, kv_heads, heads = heads_and_dims(rng)
     batch = rng.choice([0, 1, 2, 3, 4])
-    q_len = rng.choice([1, 1, 1, 2, 3, 4, 5, 8, rng.randint(9, 40)])
-    capacity = length(rng, low=1)
+    q_len = rng.choice([1, 1, 1, 2, 3, 4, 5, 8, rng.randint(9, 40), rng.randint(41, 300)])
+    capacity = rng.choice([length(rng, low=1), length(rng, low=1), rng.randint(2000, 6000)])
     ends = [rng.randint(0, capacity) for _ in range(batch)]
     if batch and rng.random() < 0.5:
         ends[rng.randrange(batch)] = capacity
@@ -327,14 +346,16 @@ def draw_kvcache(rng: random.Random) -> tuple[Case, torch.dtype]:
     causal = rng.random() < 0.7
     window, softcap, sinks = variants(rng, causal, heads)
     scale = rng.choice([None, rng.uniform(0.02, 0.3)])
-    splits = rng.choice([None, None, 1, 2, 3, 5, 8])
-    q = (torch.randn(batch, heads, q_len, d, device=DEVICE) * rng.uniform(0.5, 3.0)).to(dtype)
-    keys = torch.randn(batch, kv_heads, capacity, d, device=DEVICE).to(dtype)
-    values = torch.randn(batch, kv_heads, capacity, dv, device=DEVICE).to(dtype)
+    splits = rng.choice([None, None, 1, 2, 3, 5, 8, 16, 33, 64])
+    q = (torch.randn(batch, q_len, heads, d, device=DEVICE) * rng.uniform(0.5, 3.0)).to(dtype)
+    q = q.transpose(1, 2) if rng.random() < 0.3 else q.transpose(1, 2).contiguous()
+    spare = rng.choice([0, 0, 7])  # a view of a longer cache's first slots, sometimes
+    keys, values = (torch.full((batch, kv_heads, capacity + spare, w), math.nan,
+                               device=DEVICE, dtype=dtype)[:, :, :capacity] for w in (d, dv))
     for cache in (keys, values):  # what lies outside a sequence must never count
         for b in range(batch):
-            cache[b, :, :starts[b]] = math.nan
-            cache[b, :, ends[b]:] = math.nan
+            cache[b, :, starts[b]:ends[b]] = torch.randn(
+                kv_heads, ends[b] - starts[b], cache.shape[-1], device=DEVICE)
     lookup = {}
     if batch and rng.random() < 0.5:  # the same keys in shuffled blocks
         block = rng.choice([16, 32, 64, 128, 256])
