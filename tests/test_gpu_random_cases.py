@@ -228,6 +228,27 @@ def window_seen(q_len, k_len, diagonal: int, causal: bool, window, start: int = 
     return seen
 
 
+def called(rng: random.Random, call, grad: bool):
+    """call()'s (out, lse or None); where no gradient flows, a third of the time also
+    captured in a CUDA graph and replayed, which must give the same bits (no call may
+    wait on the host, so every one can be captured)."""
+    result = call()
+    if grad or rng.random() >= 1 / 3 or DEVICE != "cuda":
+        return result
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # what runs once per shape (plans, compiles) runs here
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = call()
+    graph.replay()
+    for eager, replayed in zip(result, captured):
+        assert eager is None or torch.equal(eager, replayed), "a CUDA graph's replay differs"
+    return result
+
+
 def draw_dense(rng: random.Random) -> tuple[Case, torch.dtype]:
     dtype, d, dv, kv_heads, heads = heads_and_dims(rng)
     batch, q_len, k_len = rng.choice([0, 1, 2, 3, 3]), length(rng), length(rng)
@@ -265,8 +286,9 @@ def draw_dense(rng: random.Random) -> tuple[Case, torch.dtype]:
     options = dict(attn_mask=mask, is_causal=causal == "top_left" and mask is None,
                    scale=scale, enable_gqa=True, window_size=window, softcap=softcap,
                    sinks=sinks)
-    out, lse = attention_with_lse(q, k, v, **options) if rng.random() < 0.6 else \
-        (attention(q, k, v, **options), None)
+    with_lse = rng.random() < 0.6
+    out, lse = called(rng, lambda: attention_with_lse(q, k, v, **options) if with_lse else
+                      (attention(q, k, v, **options), None), grad)
     assert out.shape == (batch, heads, q_len, dv), out.shape
     assert lse is None or lse.shape == (batch, heads, q_len), lse.shape
     diagonal = k_len - q_len if causal == "bottom_right" else 0
@@ -307,12 +329,15 @@ def draw_varlen(rng: random.Random) -> tuple[Case, torch.dtype]:
         sinks.requires_grad_(grad)
     cu_q, cu_k = ([0] + list(torch.tensor(lens).cumsum(0).tolist()) for lens in (q_lens, k_lens))
     with_lse = rng.random() < 0.6
-    result = attention_varlen(
-        q, k, v, torch.tensor(cu_q, dtype=torch.int32, device=DEVICE),
-        torch.tensor(cu_k, dtype=torch.int32, device=DEVICE), max(q_lens), max(k_lens),
-        is_causal=causal, scale=scale, return_lse=with_lse, window_size=window,
-        softcap=softcap, sinks=sinks)
-    out, lse = result if with_lse else (result, None)
+    bounds = [torch.tensor(cu, dtype=torch.int32, device=DEVICE) for cu in (cu_q, cu_k)]
+
+    def call():
+        result = attention_varlen(q, k, v, *bounds, max(q_lens), max(k_lens),
+                                  is_causal=causal, scale=scale, return_lse=with_lse,
+                                  window_size=window, softcap=softcap, sinks=sinks)
+        return result if with_lse else (result, None)
+
+    out, lse = called(rng, call, grad)
     assert out.shape == (sum(q_lens), heads, dv), out.shape
     assert lse is None or lse.shape == (heads, sum(q_lens)), lse.shape
     sequences, outs, lses = [], [], []
@@ -380,11 +405,16 @@ def draw_kvcache(rng: random.Random) -> tuple[Case, torch.dtype]:
     if leftpad:
         lookup["cache_leftpad"] = torch.tensor(starts, dtype=torch.int32, device=DEVICE)
     with_lse = rng.random() < 0.6
-    result = attention_with_kvcache(
-        q, key_cache, value_cache, torch.tensor(ends, dtype=torch.int32, device=DEVICE),
-        is_causal=causal, scale=scale, num_splits=splits, return_lse=with_lse,
-        window_size=window, softcap=softcap, sinks=sinks, **lookup)
-    out, lse = result if with_lse else (result, None)
+    lengths = torch.tensor(ends, dtype=torch.int32, device=DEVICE)
+
+    def call():
+        result = attention_with_kvcache(
+            q, key_cache, value_cache, lengths, is_causal=causal, scale=scale,
+            num_splits=splits, return_lse=with_lse, window_size=window, softcap=softcap,
+            sinks=sinks, **lookup)
+        return result if with_lse else (result, None)
+
+    out, lse = called(rng, call, False)
     assert out.shape == (batch, heads, q_len, dv), out.shape
     assert lse is None or lse.shape == (batch, heads, q_len), lse.shape
     sequences = []
