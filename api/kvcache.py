@@ -210,9 +210,6 @@ def attention_with_kvcache(query, key_cache, value_cache, cache_seqlens=None, *,
         out, lse = _decode(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
                            block_table, shape.causal, call.scale, shape.num_splits, return_lse,
                            sinks, *shape.asked.operator_arguments())
-    elif query.shape[0] == 0:
-        out = query.new_empty(query.shape[:-1] + value_cache.shape[-1:])
-        lse = query.new_empty(query.shape[:-1], dtype=torch.float32)
     else:  # the custom operator's work, without its dispatch (about 100 us a call)
         out, lse = decode_forward(query, key_cache, value_cache, call.shape, scale=call.scale,
                                   key_starts=cache_leftpad, key_ends=cache_seqlens,

@@ -285,13 +285,15 @@ def decode_forward(q, key_cache, value_cache, shape: DecodeShape, *, scale: floa
     shape.asked.sinks. `launch`: another than this GPU's platform entry's (the
     autotuner's candidates). `keep_buffers`: False in the custom operator (see ``kept``)."""
     device = q.device
-    plan = _cached_plan(shape, device, launch)
-    stream = current_stream(device)
-    partial, partial_lse = plan.split_buffers(stream, keep_buffers)
     out = torch.empty_like(q) if shape.value_head_dim is None else \
         q.new_empty((*q.shape[:-1], shape.value_head_dim))
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=device) if shape.write_lse \
         else UNUSED_ARRAY
+    if not shape.batch:  # no sequence: nothing to launch (nor a split rule for no CTAs)
+        return out, lse if shape.write_lse else None
+    plan = _cached_plan(shape, device, launch)
+    stream = current_stream(device)
+    partial, partial_lse = plan.split_buffers(stream, keep_buffers)
     arrays = (q, key_cache, value_cache, out, lse, partial, partial_lse,
               UNUSED_ARRAY if key_starts is None else key_starts,
               UNUSED_ARRAY if key_ends is None else key_ends,

@@ -4,7 +4,8 @@ The other GPU tests pick their cases by hand; these draw them: dtype, head dims 
 other than D too), grouped heads, lengths from 0 to past a few tiles (tile edges
 favoured), both causal alignments, windows, softcap, sinks, scale, (batch, seq, heads, D)
 views, packed batches with empty sequences, dense and paged caches with left padding,
-shuffled blocks and forced splits. Every case is a seed: a failure names the case and
+shuffled blocks and forced splits; some calls through torch.compile, some replayed from a
+CUDA graph. Every case is a seed: a failure names the case and
 `CUTILE_FMHA_RANDOM_SEED` / `CUTILE_FMHA_RANDOM_CASES` replay or widen the draw (16 cases
 per entry point by default).
 
@@ -229,9 +230,14 @@ def window_seen(q_len, k_len, diagonal: int, causal: bool, window, start: int = 
 
 
 def called(rng: random.Random, call, grad: bool):
-    """call()'s (out, lse or None); where no gradient flows, a third of the time also
-    captured in a CUDA graph and replayed, which must give the same bits (no call may
-    wait on the host, so every one can be captured)."""
+    """call()'s (out, lse or None): a quarter of the time through torch.compile (its
+    "aot_eager" backend: the custom operators' shape functions and autograd under
+    dynamo, without inductor's compile time); else, where no gradient flows, a third of
+    the time also captured in a CUDA graph and replayed, which must give the same bits
+    (no call may wait on the host, so every one can be captured)."""
+    if rng.random() < 0.25 and DEVICE == "cuda":
+        torch._dynamo.reset()  # each case its own graph, never the recompile limit's eager
+        return torch.compile(call, backend="aot_eager")()
     result = call()
     if grad or rng.random() >= 1 / 3 or DEVICE != "cuda":
         return result

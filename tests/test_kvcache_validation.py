@@ -530,6 +530,22 @@ def test_a_compiled_call_gets_the_value_head_dim(monkeypatch):
     assert (shapes[-1].head_dim, shapes[-1].value_dim) == (96, 32)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_empty_batch_launches_nothing(compiled, monkeypatch):
+    """No sequence: zeros of value_cache's head dim and an LSE, no plan nor launch (whose
+    split rule has no CTAs to count), eager and under torch.compile alike (the device
+    check skipped, to run on the CPU; a launch would fail here)."""
+    import cutile_fmha.kvcache as kvcache
+
+    monkeypatch.setattr(kvcache, "_check_devices", lambda named: None)
+    call = functools.partial(attention_with_kvcache, num_splits=None, return_lse=True)
+    if compiled:
+        call = torch.compile(call, fullgraph=True, backend="aot_eager")
+    query, keys, values = dense(batch=0, head_dim=96)
+    out, lse = call(query, keys, values[..., :32].contiguous(), lengths(()))
+    assert out.shape == (0, 8, 1, 32) and lse.shape == (0, 8, 1)
+
+
 def test_the_variants_are_checked_once_per_shape_key(monkeypatch):
     """A decoding step calls this per layer and token: the variants' checks run on the
     first call of a shape key only (its launch replaced, and the device check skipped, to
