@@ -13,9 +13,8 @@ The bound on each error is measured, not fixed: the same attention in float32 fr
 same half-precision inputs, with the unnormalised weights rounded to the inputs' dtype
 before they meet V (as every kernel here does), gives the error half precision costs;
 ours may be 2x that plus an ulp of the largest entry (gradients, whose kernels round
-more than that emulation does: 4x plus three ulps). A key seen
-that should not be, or a row or head mixed up, gives errors of the order of the
-entries themselves.
+more than that emulation does: 4x plus three ulps). A key seen that should not be, or a
+row or head mixed up, gives errors of the order of the entries themselves.
 """
 
 import math
@@ -34,7 +33,7 @@ pytestmark = [pytest.mark.gpu,
 
 CASES = int(os.environ.get("CUTILE_FMHA_RANDOM_CASES", "16"))
 SEED = int(os.environ.get("CUTILE_FMHA_RANDOM_SEED", "0"))
-HEAD_DIMS = (64, 128, 256, 64, 128, 40, 80, 96, 112, 192, 24, 248)
+HEAD_DIMS = (64, 128, 256, 64, 128, 40, 80, 96, 112, 192, 24, 248)  # 64 and 128 drawn most
 DEVICE = "cuda"
 FLOOR = 0.03  # the least "largest entry" a bound scales: exact zeros get rounding noise too
 ULPS = {torch.float16: 2 ** -10, torch.bfloat16: 2 ** -7}  # of the largest |entry|
