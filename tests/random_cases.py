@@ -29,6 +29,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from cutile_fmha import attention, attention_varlen, attention_with_kvcache, attention_with_lse
+from cutile_fmha.steps.reference import visible_keys
 
 HEAD_DIMS = (64, 128, 256, 64, 128, 40, 80, 96, 112, 192, 24, 248)  # 64 and 128 drawn most
 DEVICE = "cuda"
@@ -209,20 +210,11 @@ def heads_and_dims(rng: random.Random):
     return dtype, d, dv, kv_heads, kv_heads * rng.choice([1, 1, 2, 3, 4])
 
 
-def window_seen(q_len, k_len, diagonal: int, causal: bool, window, start: int = 0):
-    """(q_len, k_len) bool: row i's diagonal key is diagonal + i; keys before `start`
-    (left padding) are never seen."""
-    rows = torch.arange(q_len, device=DEVICE)[:, None] + diagonal
-    keys = torch.arange(k_len, device=DEVICE)[None, :]
-    seen = keys >= start
-    if causal:
-        seen = seen & (keys <= rows)
-    left, right = window
-    if left != -1:
-        seen = seen & (keys >= rows - left)
-    if right != -1:
-        seen = seen & (keys <= rows + right)
-    return seen
+def window_seen(q_len, k_len, diagonal: int, causal: bool, window):
+    """(q_len, k_len) bool, the keys each row sees (row i's diagonal key is diagonal + i),
+    for flash-attn's window_size (-1: unbounded)."""
+    return visible_keys(q_len, k_len, offset=diagonal, causal=causal, device=DEVICE,
+                        window=tuple(None if side == -1 else side for side in window))
 
 
 def called(rng: random.Random, call, grad: bool):
@@ -421,8 +413,9 @@ def draw_kvcache(rng: random.Random) -> tuple[Case, torch.dtype]:
     assert lse is None or lse.shape == (batch, heads, q_len), lse.shape
     sequences = []
     for b in range(batch):
-        seen = window_seen(q_len, capacity, ends[b] - q_len, causal, window, starts[b])
-        seen = seen & (torch.arange(capacity, device=DEVICE) < ends[b])
+        keys = torch.arange(capacity, device=DEVICE)
+        seen = window_seen(q_len, capacity, ends[b] - q_len, causal, window) & \
+            (keys >= starts[b]) & (keys < ends[b])
         # the reference reads the cache's NaN nowhere: unseen keys are zeroed
         k, v = (t[b].nan_to_num(0.0) for t in (keys, values))
         sequences.append(Sequence(q[b], k, v, seen))
