@@ -177,7 +177,8 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
     ``Variants.operator_arguments`` gives them (the LSE holds the sinks' terms)."""
     variants = Variants.of_operator_arguments(window_left, window_right, softcap, None)
     grad_out = rows_contiguous(grad_out.to(out.dtype))
-    delta = row_dot(out, grad_out)  # once, for the kernels and the sinks
+    # the sinks' gradient needs Delta too: made once here for both, else by the kernels
+    delta = None if sinks is None else row_dot(out, grad_out)
     dq, dk, dv = attention_backward(query, key, value, out, lse, grad_out,
                                     causal=_launcher_causal(causal), scale=scale,
                                     variants=variants, delta=delta)

@@ -65,7 +65,8 @@ def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
     (a padded batch's fill) or are none (packed), so they add nothing to dsinks."""
     grad_out = rows_contiguous(grad_out.to(out.dtype))
     bounds = SequenceBounds(query_starts, query_ends, key_starts, key_ends)
-    delta = row_dot(out, grad_out)  # once, for the kernels and the sinks
+    # the sinks' gradient needs Delta too: made once here for both, else by the kernels
+    delta = None if sinks is None else row_dot(out, grad_out)
     dq, dk, dv = varlen_backward(
         query, key, value, out, lse, grad_out, bounds, max_seqlen_q, max_seqlen_k,
         causal=causal, scale=scale, fill=fill, delta=delta,

@@ -9,7 +9,9 @@ IO-aware analysis) and never holds more than one tile of it:
   every query head that shares the K/V head, so grouped-query gradients are summed here,
   with no expanded copy and no atomics): dV += P^T dO and dK += dS^T Q * scale, where
   dS = P * (dO V^T - Delta); it works on keys x queries tiles, S^T = K Q^T;
-- ``dq``: one CTA per query tile, looping over the key tiles it sees: dQ += dS K * scale.
+- ``dq``: one CTA per query tile, looping over the key tiles it sees: dQ += dS K * scale;
+  with DELTA_FROM_OUT it computes its tile's Delta itself and writes it, launched before
+  dK/dV, which reads it (no row_dot launch then).
 
 dK/dV and dQ are two kernels, as in FlashAttention-2's Triton tutorial: each output is
 written once, with no float32 atomics; seven matrix products per tile pair. With ATOMIC_DQ
@@ -95,19 +97,32 @@ def load_query_values(X, batch, head, q_tile, TILE_M: ConstInt):
                    padding_mode=ZERO).reshape((TILE_M,))
 
 
-def load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt,
+def load_rows(Q, dO, Lse, batch, head, q_tile, TILE_M: ConstInt, TILE_D: ConstInt,
               TILE_D_TAIL: ConstInt, TILE_DV: ConstInt):
     """A query tile's Q (TILE_M, TILE_D), Q's TILE_D_TAIL columns past those (q_tail; Q's
-    tile again, unused, without them), dO (TILE_M, TILE_DV), and its LSE in base 2 and
-    Delta (TILE_M,)."""
+    tile again, unused, without them), dO (TILE_M, TILE_DV), and its LSE in base 2
+    (TILE_M,)."""
     q = load_query_tile(Q, batch, head, q_tile, TILE_M, TILE_D)
     q_tail = q
     if TILE_D_TAIL > 0:
         q_tail = load_query_tile(Q, batch, head, q_tile, TILE_M, TILE_D_TAIL,
                                  TILE_D // TILE_D_TAIL)
     return (q, q_tail, load_query_tile(dO, batch, head, q_tile, TILE_M, TILE_DV),
-            load_query_values(Lse, batch, head, q_tile, TILE_M) * INV_LOG_2,
-            load_query_values(Delta, batch, head, q_tile, TILE_M))
+            load_query_values(Lse, batch, head, q_tile, TILE_M) * INV_LOG_2)
+
+
+def query_delta(Out, Delta, do, batch, head, q_tile, TILE_M: ConstInt, TILE_DV: ConstInt,
+                DELTA_FROM_OUT: ConstBool):
+    """A query tile's Delta = rowsum(O * dO), (TILE_M,): read from Delta (``row_dot``'s),
+    or with DELTA_FROM_OUT computed here from Out and its dO tile `do` and written to
+    Delta for the dK/dV kernel launched after (the two-kernel backward then needs no
+    row_dot launch)."""
+    if DELTA_FROM_OUT:
+        o = load_query_tile(Out, batch, head, q_tile, TILE_M, TILE_DV).astype(ct.float32)
+        delta = ct.sum(o * do.astype(ct.float32), axis=-1)
+        ct.store(Delta, index=(batch, head, q_tile), tile=delta.reshape((1, 1, TILE_M)))
+        return delta
+    return load_query_values(Delta, batch, head, q_tile, TILE_M)
 
 
 def load_keys(X, batch, kv_head, k_tile, TILE_D: ConstInt, TILE_N: ConstInt,
@@ -161,8 +176,9 @@ def accumulate_dkdv(Q, dO, Lse, Delta, dQAcc, k, k_tail, v, dk, dk_tail, dv, fir
     for step in range(QUERY_GROUP * tiles_per_head):
         head = kv_head * QUERY_GROUP + step // tiles_per_head
         q_tile = first_q_tile + step % tiles_per_head
-        q, q_tail, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile,
-                                                   TILE_M, TILE_D, TILE_D_TAIL, TILE_DV)
+        q, q_tail, do, lse_log2 = load_rows(Q, dO, Lse, batch, head, q_tile, TILE_M, TILE_D,
+                                            TILE_D_TAIL, TILE_DV)
+        delta = load_query_values(Delta, batch, head, q_tile, TILE_M)
         scores_t = ct.mma(k, ct.transpose(q), ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))
         if TILE_D_TAIL > 0:
             scores_t = ct.mma(k_tail, ct.transpose(q_tail), scores_t)
@@ -321,31 +337,34 @@ def accumulate_dq(Q, K, V, q, q_tail, do, lse_log2, delta, dq, dq_tail, first_k_
 
 
 @ct.kernel
-def dq(Q, K, V, dO, Lse, Delta, dQ, qk_scale: float, query_offset: int, softcap: float,
+def dq(Q, K, V, dO, Lse, Delta, dQ, Out, qk_scale: float, query_offset: int, softcap: float,
        window_left: int, window_right: int, TILE_D: ConstInt, TILE_D_TAIL: ConstInt,
        TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt,
-       CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool):
+       CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool, DELTA_FROM_OUT: ConstBool):
     q_tile, head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # as in the forward's step 8
         q_tile, head, batch = query_tiles_longest_first(K, TILE_D + TILE_D_TAIL, TILE_DV,
                                                         QUERY_GROUP)
-    dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
+    dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, Out, batch, head, q_tile, qk_scale, query_offset,
                   TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, SOFTCAP,
-                  softcap, WINDOW, window_left, window_right)
+                  softcap, WINDOW, window_left, window_right, DELTA_FROM_OUT)
 
 
-def dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, batch, head, q_tile, qk_scale, query_offset,
-                  TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
-                  TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
-                  SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right):
+def dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, Out, batch, head, q_tile, qk_scale,
+                  query_offset, TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
+                  TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
+                  SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right,
+                  DELTA_FROM_OUT: ConstBool):
     """One query tile of one head: its rows of dQ, from every key it sees (the key tiles
-    the forward's step 9 visits, masked where it masks); TILE_D_TAIL as in dkdv_key_tile."""
+    the forward's step 9 visits, masked where it masks); TILE_D_TAIL as in dkdv_key_tile;
+    DELTA_FROM_OUT as in ``query_delta``."""
     kv_head = head // QUERY_GROUP
     q_start, k_len = q_tile * TILE_M, K.shape[2]
     rows = (q_start + ct.arange(TILE_M, dtype=ct.int32))[:, None]
     qk_scale_log2, tanh_scale = score_factors(qk_scale, SOFTCAP, softcap)
-    q, q_tail, do, lse_log2, delta = load_rows(Q, dO, Lse, Delta, batch, head, q_tile, TILE_M,
-                                               TILE_D, TILE_D_TAIL, TILE_DV)
+    q, q_tail, do, lse_log2 = load_rows(Q, dO, Lse, batch, head, q_tile, TILE_M, TILE_D,
+                                        TILE_D_TAIL, TILE_DV)
+    delta = query_delta(Out, Delta, do, batch, head, q_tile, TILE_M, TILE_DV, DELTA_FROM_OUT)
     lse_log2, delta = lse_log2[:, None], delta[:, None]
     dq_acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
     dq_tail = dq_acc  # unused without TILE_D_TAIL

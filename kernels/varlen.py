@@ -265,11 +265,11 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, QueryStarts, QueryEnds, KeyStar
 
 
 @ct.kernel
-def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
+def dq(Q, K, V, dO, Lse, Delta, dQ, Out, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
        qk_scale: float, softcap: float, window_left: int, window_right: int,
        TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
        TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-       WINDOW: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
+       WINDOW: ConstBool, DELTA_FROM_OUT: ConstBool, CUMULATIVE_BOUNDS: ConstBool):
     tile, head, sequence = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:
         tile, head, sequence = tile_major(kv_pair_bytes(
@@ -278,12 +278,15 @@ def dq(Q, K, V, dO, Lse, Delta, dQ, QueryStarts, QueryEnds, KeyStarts, KeyEnds,
         Q, K, V, dO, Lse, Delta, QueryStarts, QueryEnds, KeyStarts, KeyEnds, sequence,
         CUMULATIVE_BOUNDS)
     dQ = sequence_view(dQ, sequence, q_start, q_len)
+    if DELTA_FROM_OUT:
+        Out = sequence_view(Out, sequence, q_start, q_len)
     num_q_tiles = ct.cdiv(q_len, TILE_M)
     if tile < num_q_tiles:
         q_tile = num_q_tiles - 1 - tile if CAUSAL else tile  # longest first
-        dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, 0, head, q_tile, qk_scale, k_len - q_len,
-                      TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL,
-                      SOFTCAP, softcap, WINDOW, window_left, window_right)
+        dq_query_tile(Q, K, V, dO, Lse, Delta, dQ, Out, 0, head, q_tile, qk_scale,
+                      k_len - q_len, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
+                      CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right,
+                      DELTA_FROM_OUT)
     if tile == ct.num_blocks(0) - 1:
         for missing in range(tile + 1, num_q_tiles):
             q_tile = num_q_tiles - 1 - missing if CAUSAL else missing

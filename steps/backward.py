@@ -1,12 +1,12 @@
 """The backward pass's launcher: dQ, dK, dV from the forward's inputs, output and LSE.
 
-Three launches (kernels/backward.py): Delta = rowsum(O * dO), then dK/dV (one CTA per
-key tile of a K/V head), then dQ (one CTA per query tile); or, where the platform's
-"dkdv_dq" launch pays (platforms/backward.py), Delta and dK/dV adding dQ to a zeroed
-float32 buffer with atomics, which is then cast into dQ; without the causal mask and with
-many query rows, that launch runs once per chunk of queries (``query_chunk_rows``). The
-forward must have written the LSE (``plan_launch(..., with_lse=True)``); the backward
-rebuilds P from it.
+Two launches (kernels/backward.py): dQ (one CTA per query tile), which also writes Delta
+= rowsum(O * dO), then dK/dV (one CTA per key tile of a K/V head), which reads it; or,
+where the platform's "dkdv_dq" launch pays (platforms/backward.py), Delta (``row_dot``)
+and dK/dV adding dQ to a zeroed float32 buffer with atomics, which is then cast into dQ;
+without the causal mask and with many query rows, that launch runs once per chunk of
+queries (``query_chunk_rows``). The forward must have written the LSE (``plan_launch(...,
+with_lse=True)``); the backward rebuilds P from it.
 """
 
 import dataclasses
@@ -24,7 +24,14 @@ from .launcher import (causal_query_offset, device_facts, head_group_views,
                        softmax_scale, split_head_dim, tile_head_dim, with_hints)
 from .variants import NO_VARIANTS, Variants
 
-ROW_DOT_TILE_M = 64
+# row_dot's query rows per CTA, a tile of about this many elements (64 to 256 rows): on
+# an H100, 128 rows ran in 0.82x the time of 64 at D=128 (256 no faster), 256 rows in
+# 0.57x at D=64 (docs/performance.md).
+ROW_DOT_TILE_ELEMENTS = 128 * 128
+
+
+def row_dot_tile_m(tile_d: int) -> int:
+    return min(max(ROW_DOT_TILE_ELEMENTS // tile_d, 64), 256)
 
 
 # The kernel of each backward launch: "dkdv_dq" is dK/dV's with ATOMIC_DQ on.
@@ -54,8 +61,9 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     """Delta = rowsum(out * grad_out), float32 (batch, heads, q_len); past cuTile's 32-bit
     strides whole, by groups of heads (``heads_per_launch``)."""
     delta = out.new_empty(out.shape[:-1], dtype=torch.float32)
-    values = {"Out": out, "dOut": grad_out, "Delta": delta, "TILE_M": ROW_DOT_TILE_M,
-              "TILE_D": tile_head_dim(out.shape[-1])}
+    tile_d = tile_head_dim(out.shape[-1])
+    values = {"Out": out, "dOut": grad_out, "Delta": delta, "TILE_M": row_dot_tile_m(tile_d),
+              "TILE_D": tile_d}
     per_launch = heads_per_launch([(out, 1), (grad_out, 1)], out.shape[1])
     for group in head_group_views(values, per_launch, out.shape[1]):
         ct.launch(torch.cuda.current_stream(out.device), ROW_DOT.grid(group), kernels.row_dot,
@@ -65,12 +73,13 @@ def row_dot(out: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
 
 def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim: int, *,
                     query_group: int, causal: bool, variants: Variants = NO_VARIANTS,
-                    add_to_dkdv: bool = False):
+                    add_to_dkdv: bool = False, delta_from_out: bool = False):
     """(launch, constants) of the "dkdv", "dq" or "dkdv_dq" launch at these head dims
     (``launches_for``; at its softcap tiles under a softcap), Q's and K's columns in the
     forward's tiles for the launch's split_head_dims (``split_head_dim``: D=96 as 64 + 32,
     not padded to 128) and padded for the others, V's padded (``tile_head_dim``);
-    `add_to_dkdv`: the dK/dV kernel adds to the float32 dK and dV it is handed."""
+    `add_to_dkdv`: the dK/dV kernel adds to the float32 dK and dV it is handed;
+    `delta_from_out`: the dQ kernel writes Delta from Out and dO."""
     launch = launches_for(entry, q_head_dim, v_head_dim)[name]
     if variants.softcap is not None and launch.softcap_tiles is not None:
         launch = dataclasses.replace(launch, tiles=launch.softcap_tiles)
@@ -79,7 +88,7 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
                                       head_dim_tail=tail, atomic_dq=name == "dkdv_dq",
-                                      add_to_dkdv=add_to_dkdv)
+                                      add_to_dkdv=add_to_dkdv, delta_from_out=delta_from_out)
 
 
 def launches_for(entry: BackwardEntry, q_head_dim: int, v_head_dim: int) -> dict:
@@ -149,23 +158,31 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     family: "dkdv", "dq", "dkdv_dq") and `module`'s kernels: arguments from `tensors` by
     parameter name, tiles and hints from the backward's platform data for this GPU (or
     `entry`: the autotuner's candidates), the softcap and the window of `variants` compiled
-    in; `grid_values` adds what only the grids read. Where `entry`'s "dkdv_dq" launch is
-    for this call (``adds_dq_atomically``), it runs alone, adding dQ to a zeroed float32
+    in; `grid_values` adds what only the grids read. tensors["Delta"] is None unless the
+    caller made it (``row_dot``). Where `entry`'s "dkdv_dq" launch is for this call
+    (``adds_dq_atomically``), it runs alone after ``row_dot``, adding dQ to a zeroed float32
     buffer that is then cast into dQ, once per chunk of queries where ``query_chunk_rows``
-    says so (the kernel adding each chunk's dK/dV to float32 sums, ADD_TO_DKDV); else
-    "dkdv" and "dq". The atomics add in whatever order the CTAs reach them, so dQ may differ
-    in its last bits from run to run: under ``torch.use_deterministic_algorithms(True)`` the
-    two kernels run."""
+    says so (the kernel adding each chunk's dK/dV to float32 sums, ADD_TO_DKDV); else "dq"
+    (writing Delta from tensors["Out"] where it is None: DELTA_FROM_OUT) and then "dkdv".
+    The atomics add in whatever order the CTAs reach them, so dQ may differ in its last
+    bits from run to run: under ``torch.use_deterministic_algorithms(True)`` the two
+    kernels run."""
     q, k, v = tensors["Q"], tensors["K"], tensors["V"]
     query_group = q.shape[1] // k.shape[1]
     entry = entry or backward_entry_for(device_facts(q.device)[0])
     tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal) \
         | {"dQAcc": UNUSED_ARRAY}
-    names, dq_acc = ("dkdv", "dq"), None
+    names, dq_acc, delta_from_out = ("dq", "dkdv"), None, tensors["Delta"] is None
     if adds_dq_atomically(entry, q.shape[-1], v.shape[-1], query_group, variants,
                           causal=causal, varlen=varlen):
         names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
         tensors["dQAcc"] = dq_acc
+        if delta_from_out:
+            tensors["Delta"], delta_from_out = row_dot(tensors["Out"], tensors["dO"]), False
+    elif delta_from_out:
+        tensors["Delta"] = q.new_empty(q.shape[:-1], dtype=torch.float32)
+    if not delta_from_out:
+        tensors["Out"] = UNUSED_ARRAY
     chunk = None if dq_acc is None else query_chunk_rows(
         launches_for(entry, q.shape[-1], v.shape[-1])["dkdv_dq"], q.shape[-1], q.shape[2],
         query_group, causal, variants, varlen)
@@ -174,7 +191,8 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
         family = families[name]
         launch, constants = gradient_launch(entry, name, q.shape[-1], v.shape[-1],
                                             query_group=query_group, causal=causal,
-                                            variants=variants, add_to_dkdv=add_to_dkdv)
+                                            variants=variants, add_to_dkdv=add_to_dkdv,
+                                            delta_from_out=delta_from_out)
         values = {key: tensors[key] for key in family.names if key in tensors} | constants
         ct.launch(torch.cuda.current_stream(q.device), family.grid(values | (grid_values or {})),
                   backward_kernel(name, launch.num_worker_warps, module),
@@ -205,7 +223,8 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     gradients of the query heads that share it. `entry`: other launches than this GPU's
     (the autotuner's candidates). `variants`: the forward's (its softcap and window; with
     sinks the LSE holds their terms, and dq, dk, dv are the plain ones). `delta`: ``row_dot``
-    of out and grad_out where the caller made it (the sinks' gradient needs it too). Past
+    of out and grad_out where the caller made it (the sinks' gradient needs it too; else
+    the kernels make it). Past
     cuTile's 32-bit strides whole, by groups of heads (``kv_heads_per_launch``)."""
     batch, heads, q_len, head_dim = q.shape
     check_backward_head_dims(head_dim, v.shape[-1])
@@ -216,9 +235,9 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal: bool | str = Fals
     query_offset = causal_query_offset(causal, q_len, k.shape[2])
     scale = softmax_scale(scale, head_dim)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
-               "Delta": row_dot(out, grad_out) if delta is None else delta, "dK": dk, "dV": dv,
-               "dQ": dq, "qk_scale": scale, "query_offset": query_offset or 0}
+    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse, "Out": out, "Delta": delta,
+               "dK": dk, "dV": dv, "dQ": dq, "qk_scale": scale,
+               "query_offset": query_offset or 0}
     for group in head_group_views(tensors, kv_heads_per_launch(q, k, v), k.shape[1],
                                   heads // k.shape[1], key_side=KEY_SIDE):
         launch_gradient_kernels(BACKWARD_FAMILIES, group, causal=query_offset is not None,

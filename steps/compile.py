@@ -74,17 +74,19 @@ def compile_step(step: int, arch: str, *, dtype: str, head_dim: int, causal: boo
 def compile_backward(name: str, arch: str, *, dtype: str, head_dim: int, causal: bool,
                      query_group: int = 1, variants: Variants = NO_VARIANTS,
                      value_head_dim: int | None = None, add_to_dkdv: bool = False,
+                     delta_from_out: bool = True,
                      rows_multiple: int = ROWS_MULTIPLE) -> bytes:
     """The cubin of the backward's "dkdv", "dq" or "dkdv_dq" kernel for `arch`, at that
     architecture's backward launch (platforms/backward.py), with the softcap and window of
     `variants` compiled in; V's head dim `value_head_dim` (default head_dim), both as the
     launcher tiles them (``gradient_launch``); `add_to_dkdv`: dK/dV added to float32 sums,
-    as the launcher's chunks of queries after the first run it; sequence lengths multiples
-    of `rows_multiple`."""
+    as the launcher's chunks of queries after the first run it; `delta_from_out`: dQ
+    writes Delta, as it does unless the caller made Delta (for the sinks' gradient);
+    sequence lengths multiples of `rows_multiple`."""
     launch, constants = gradient_launch(backward_entry_for(arch), name, head_dim,
                                         value_head_dim or head_dim, query_group=query_group,
                                         causal=causal, variants=variants,
-                                        add_to_dkdv=add_to_dkdv)
+                                        add_to_dkdv=add_to_dkdv, delta_from_out=delta_from_out)
     return export_cubin(backward_kernel(name, launch.num_worker_warps), BACKWARD_FAMILIES[name],
                         dtype=dtype, constants=constants, arch=arch, rows_multiple=rows_multiple)
 
@@ -101,7 +103,7 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
     `value_head_dim` (default head_dim, up to D=256). `packed_tensors`: the forward as a
     packed call without gradients launches it, on the packed tensors (``packed``).
     `cumulative_bounds`: the bounds as cu_seqlens (attention_varlen's), else as starts and
-    ends per sequence (a padded batch's)."""
+    ends per sequence (a padded batch's). "dq" writes Delta, as it does without sinks."""
     bounds = {"CUMULATIVE_BOUNDS": cumulative_bounds}
     if name == "fmha":
         kernel, family, constants = forward_kernel(entry or entry_for(arch), head_dim=head_dim,
@@ -112,7 +114,7 @@ def compile_varlen(name: str, arch: str, *, dtype: str, head_dim: int, causal: b
                             constants=constants | bounds, arch=arch)
     launch, constants = gradient_launch(backward_entry_for(arch), name, head_dim,
                                         value_head_dim or head_dim, query_group=query_group,
-                                        causal=causal, variants=variants)
+                                        causal=causal, variants=variants, delta_from_out=True)
     return export_cubin(backward_kernel(name, launch.num_worker_warps, varlen_kernels),
                         VARLEN_BACKWARD_FAMILIES[name], dtype=dtype,
                         constants=constants | bounds, arch=arch)

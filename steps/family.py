@@ -353,17 +353,17 @@ def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                        causal: bool, variants=None, value_head_dim: int | None = None,
                        head_dim_tail: int = 0, atomic_dq: bool = False,
-                       add_to_dkdv: bool = False) -> dict:
+                       add_to_dkdv: bool = False, delta_from_out: bool = False) -> dict:
     """The compile-time parameters of one dK/dV or dQ launch, with the softcap and window
     of `variants` compiled in (steps/variants.py's Variants; None: neither), Q's and K's
-    columns past head_dim as a tile of `head_dim_tail` (the forward's TILE_D_TAIL), and
-    dK/dV's ATOMIC_DQ (`atomic_dq`) and ADD_TO_DKDV (`add_to_dkdv`; the dQ kernel has
-    neither)."""
+    columns past head_dim as a tile of `head_dim_tail` (the forward's TILE_D_TAIL),
+    dK/dV's ATOMIC_DQ (`atomic_dq`) and ADD_TO_DKDV (`add_to_dkdv`), and dQ's
+    DELTA_FROM_OUT (`delta_from_out`); each family takes its own."""
     switches = variants.constants() if variants is not None else {}
     return attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                value_head_dim=value_head_dim) | {"TILE_D_TAIL": head_dim_tail} | {
         name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS} | {
-        "ATOMIC_DQ": atomic_dq, "ADD_TO_DKDV": add_to_dkdv}
+        "ATOMIC_DQ": atomic_dq, "ADD_TO_DKDV": add_to_dkdv, "DELTA_FROM_OUT": delta_from_out}
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
@@ -411,11 +411,13 @@ DKDV = KernelFamily(
     + _BACKWARD_SETTINGS + (Constant("ATOMIC_DQ"), Constant("ADD_TO_DKDV")),
     grid=tiles_per_head("K", "TILE_N"),
 )
-# dq(...): one CTA per TILE_M query rows of one head; dQ like Q.
+# dq(...): one CTA per TILE_M query rows of one head; dQ like Q. With DELTA_FROM_OUT (last)
+# it computes Delta from Out and dO and writes it, for the dK/dV kernel launched after.
 DQ = KernelFamily(
     name="backward dq",
-    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4, head_dim_last=True, rows_dim=2),)
-    + _BACKWARD_SETTINGS,
+    parameters=_BACKWARD_INPUTS + (Tensor("dQ", 4, head_dim_last=True, rows_dim=2),
+                                   dataclasses.replace(_OUT, read_when="DELTA_FROM_OUT"))
+    + _BACKWARD_SETTINGS + (Constant("DELTA_FROM_OUT"),),
     grid=tiles_per_head("Q", "TILE_M"),
 )
 

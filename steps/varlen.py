@@ -17,7 +17,7 @@ import torch
 from ..kernels import step11_resident_query
 from ..kernels import varlen as kernels
 from ..platforms import HEAD_DIMS, PlatformEntry
-from .backward import check_backward_head_dims, launch_gradient_kernels, row_dot
+from .backward import check_backward_head_dims, launch_gradient_kernels
 from .definitions import QUERY_TILE_STEP, fastest_step, launch_of, step_of
 from .family import (DKDV_VARLEN, DQ_VARLEN, FORWARD_TILED_HEAD_DIM_VARLEN, FORWARD_VARLEN,
                      UNUSED_ARRAY, KernelFamily, forward_constants)
@@ -199,13 +199,12 @@ def varlen_backward(q, k, v, out, lse, grad_out, bounds: SequenceBounds, max_seq
     """(dq, dk, dv) of ``varlen_forward``'s out for the incoming gradient `grad_out` (out's
     shape, last dimension contiguous); `lse` is the forward's, `variants` its softcap and
     window (the sinks' terms are in the LSE); `delta`: ``row_dot`` of out and grad_out
-    where the caller made it. With grouped-query heads dk and dv sum the gradients of the
-    query heads that share them."""
+    where the caller made it (else the kernels make it). With grouped-query heads dk and dv
+    sum the gradients of the query heads that share them."""
     check_backward_head_dims(q.shape[-1], v.shape[-1])
     dq, dk, dv = (_filled(torch.empty_like(t), fill) for t in (q, k, v))
-    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse,
-               "Delta": row_dot(out, grad_out) if delta is None else delta, "dK": dk, "dV": dv,
-               "dQ": dq,
+    tensors = {"Q": q, "K": k, "V": v, "dO": grad_out, "Lse": lse, "Out": out, "Delta": delta,
+               "dK": dk, "dV": dv, "dQ": dq,
                **bounds.values(), "qk_scale": scale}
     launch_gradient_kernels(VARLEN_BACKWARD_FAMILIES, tensors, causal=causal,
                             grid_values={"max_seqlen_q": max_seqlen_q,

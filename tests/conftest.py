@@ -168,6 +168,22 @@ def reference_row_dot(out, grad_out):
 
 
 @pytest.fixture
+def launched_kernels(monkeypatch) -> list:
+    """The names of the cuTile kernels launched during the test, in order (each still
+    launched)."""
+    import cuda.tile as ct
+
+    launched, launch = [], ct.launch
+
+    def recorded(stream, grid, kernel, arguments, **options):
+        launched.append(kernel._pyfunc.__name__)
+        return launch(stream, grid, kernel, arguments, **options)
+
+    monkeypatch.setattr(ct, "launch", recorded)
+    return launched
+
+
+@pytest.fixture
 def kernel_calls(monkeypatch):
     """The calls cutile_fmha.attention and attention_varlen make to the real kernels, by
     kind."""

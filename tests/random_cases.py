@@ -413,9 +413,9 @@ def draw_kvcache(rng: random.Random) -> tuple[Case, torch.dtype]:
     assert lse is None or lse.shape == (batch, heads, q_len), lse.shape
     sequences = []
     for b in range(batch):
-        keys = torch.arange(capacity, device=DEVICE)
+        slots = torch.arange(capacity, device=DEVICE)
         seen = window_seen(q_len, capacity, ends[b] - q_len, causal, window) & \
-            (keys >= starts[b]) & (keys < ends[b])
+            (slots >= starts[b]) & (slots < ends[b])
         # the reference reads the cache's NaN nowhere: unseen keys are zeroed
         k, v = (t[b].nan_to_num(0.0) for t in (keys, values))
         sequences.append(Sequence(q[b], k, v, seen))

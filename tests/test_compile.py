@@ -21,7 +21,7 @@ from cutile_fmha.platforms import DEFAULT, HEAD_DIMS, LARGE_HEAD_DIMS, PLATFORMS
 from cutile_fmha.platforms.backward import backward_entry_for
 from cutile_fmha.platforms.environment import Compiler, find_compiler
 from cutile_fmha.steps import compile as compile_module
-from cutile_fmha.steps.backward import ROW_DOT_TILE_M
+from cutile_fmha.steps.backward import row_dot_tile_m
 from cutile_fmha.steps.compile import (compile_backward, compile_decode, compile_padding_runs,
                                        compile_step, compile_variants, compile_varlen,
                                        export_cubin)
@@ -136,10 +136,14 @@ def test_backward_kernel_compiles(arch, name, head_dim):
     assert cubin[:4] == b"\x7fELF"
 
 
-@pytest.mark.parametrize("arch", sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH])
-def test_row_dot_compiles(arch):
+# row_dot at each tile width on sm_90, at D=128 elsewhere.
+@pytest.mark.parametrize("arch,tile_d", [(FULL_GRID_ARCH, d) for d in (64, 128, 256)]
+                         + [(arch, 128) for arch in sorted(PLATFORMS) + [DEFAULT_ENTRY_ARCH]
+                            if arch != FULL_GRID_ARCH])
+def test_row_dot_compiles(arch, tile_d):
     cubin = export_cubin(backward_kernels.row_dot, ROW_DOT, dtype="float16",
-                         constants={"TILE_M": ROW_DOT_TILE_M, "TILE_D": 128}, arch=arch)
+                         constants={"TILE_M": row_dot_tile_m(tile_d), "TILE_D": tile_d},
+                         arch=arch)
     assert cubin[:4] == b"\x7fELF"
 
 

@@ -143,7 +143,7 @@ def test_an_array_is_left_unread_only_under_a_boolean_constant_of_its_family():
     # with cu_seqlens, the variable-length kernels read no ends
     assert unread["backward dkdv, variable length"] == {"QueryEnds", "KeyEnds", "dQAcc"}
     assert unread["backward dkdv"] == {"dQAcc"}  # read under ATOMIC_DQ only
-    assert "backward dq" not in unread  # the dQ kernel reads every array it takes
+    assert unread["backward dq"] == {"Out"}  # read under DELTA_FROM_OUT only
 
 
 def test_an_unread_array_compiles_as_the_int_scalar_a_launch_passes():

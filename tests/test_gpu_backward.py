@@ -5,7 +5,6 @@ inputs: each gradient's largest error, relative to its largest magnitude, must b
 twice SDPA's own on the same inputs plus a small epsilon.
 """
 
-import cuda.tile as ct
 import pytest
 import torch
 import torch.nn.functional as F
@@ -77,24 +76,19 @@ def test_gradients_with_dq_added_atomically_match_float64(dq_added_atomically, h
     check_gradients(heads, kv_heads, q_len, k_len, head_dim, dtype, causal)
 
 
-def test_deterministic_algorithms_run_the_two_kernels(dq_added_atomically, monkeypatch):
+def test_deterministic_algorithms_run_the_two_kernels(dq_added_atomically, launched_kernels):
     """Atomic adds sum dQ in the order the CTAs reach them; under
-    torch.use_deterministic_algorithms the backward runs dK/dV and dQ as two kernels, whose
-    gradients are the same from run to run."""
-    launched = []
-    launch = ct.launch
-    monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, arguments, **options: (
-        launched.append(kernel._pyfunc.__name__), launch(stream, grid, kernel, arguments,
-                                                         **options))[1])
+    torch.use_deterministic_algorithms the backward runs dQ (which writes Delta) and dK/dV
+    as two kernels, whose gradients are the same from run to run."""
     q, k, v, grad_out = inputs(2, 8, 2, 1000, 1000, 64, "bfloat16", seed=13)
     gradients(attention, q, k, v, grad_out, is_causal=True)
-    assert launched[-2:] == ["row_dot", "dkdv"]  # and dQ with it
+    assert launched_kernels[-2:] == ["row_dot", "dkdv"]  # and dQ with it
     torch.use_deterministic_algorithms(True)
     try:
         runs = [gradients(attention, q, k, v, grad_out, is_causal=True)[1] for _ in range(3)]
     finally:
         torch.use_deterministic_algorithms(False)
-    assert launched[-3:] == ["row_dot", "dkdv", "dq"]
+    assert launched_kernels[-3:] == ["fmha", "dq", "dkdv"]  # dQ writes Delta: no row_dot
     assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
 
 
@@ -106,17 +100,12 @@ CHUNK_CASES = [(4, 4, 1000, 700, d, "bfloat16", False) for d in (64, 112, 128, 2
 
 
 @pytest.mark.parametrize("heads,kv_heads,q_len,k_len,head_dim,dtype,causal", CHUNK_CASES)
-def test_gradients_with_queries_in_chunks_match_float64(queries_in_chunks, monkeypatch, heads,
-                                                        kv_heads, q_len, k_len, head_dim,
-                                                        dtype, causal):
-    launched = []
-    launch = ct.launch
-    monkeypatch.setattr(ct, "launch", lambda stream, grid, kernel, arguments, **options: (
-        launched.append(kernel._pyfunc.__name__), launch(stream, grid, kernel, arguments,
-                                                         **options))[1])
+def test_gradients_with_queries_in_chunks_match_float64(queries_in_chunks, launched_kernels,
+                                                        heads, kv_heads, q_len, k_len,
+                                                        head_dim, dtype, causal):
     check_gradients(heads, kv_heads, q_len, k_len, head_dim, dtype, causal)
     chunks = 1 if head_dim == 96 else -(-q_len // 128)
-    assert launched.count("dkdv") == chunks and "dq" not in launched
+    assert launched_kernels.count("dkdv") == chunks and "dq" not in launched_kernels
 
 
 def check_gradients(heads, kv_heads, q_len, k_len, head_dim, dtype, causal):

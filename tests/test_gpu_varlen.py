@@ -181,6 +181,21 @@ def test_gradients_with_dq_added_atomically_per_sequence(dq_added_atomically, le
     check_gradients_per_sequence(lengths, heads, kv_heads, head_dim, dtype, causal)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("lengths,heads,kv_heads,head_dim,dtype",
+                         [BACKWARD_CASES[i] for i in (0, 6)])
+def test_deterministic_gradients_per_sequence(launched_kernels, lengths, heads, kv_heads,
+                                              head_dim, dtype, causal):
+    """As above, under torch.use_deterministic_algorithms: dQ (writing Delta) and dK/dV as
+    two kernels, whatever the platform's rule."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        check_gradients_per_sequence(lengths, heads, kv_heads, head_dim, dtype, causal)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert launched_kernels[-2:] == ["dq", "dkdv"] and "row_dot" not in launched_kernels
+
+
 def test_dq_added_atomically_marks_rows_past_a_short_grid_with_nan(dq_added_atomically):
     """A max_seqlen_k below the truth leaves key tiles without a CTA: their share of dQ is
     missing, so every dQ row of those sequences is NaN (as dK and dV past the grid are);
