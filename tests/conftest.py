@@ -101,7 +101,7 @@ def reference_varlen_forward(q, k, v, bounds, max_seqlen_q, *, causal, scale, wi
                              fill=None, variants=None, sinks=None):
     """steps.varlen.varlen_forward in float64, sequence by sequence (each causal mask and
     window aligned to the sequence's last key)."""
-    out = torch.full_like(q, 0.0 if fill is None else fill)
+    out = q.new_full(q.shape[:-1] + v.shape[-1:], 0.0 if fill is None else fill)
     lse = torch.full(q.shape[:-1], 0.0 if fill is None else fill, dtype=torch.float32)
     for qb, rows, kb, keys in _sequences(q, k, bounds):
         if rows.stop <= rows.start:
@@ -118,6 +118,29 @@ def reference_varlen_forward(q, k, v, bounds, max_seqlen_q, *, causal, scale, wi
             o, l = reference(*one, causal=_alignment(causal), scale=scale)
         out[qb, :, rows], lse[qb, :, rows] = o[0].to(q.dtype), l[0].float()
     return out, (lse if with_lse else None)
+
+
+class ReferenceVarlenPlan:
+    """Stands in for steps.varlen.forward_plan's plan: its launch on the packed (tokens,
+    heads, D) tensors themselves, through reference_varlen_forward."""
+
+    def __init__(self, q, k, v, bounds, max_seqlen_q, *, causal, scale, with_lse,
+                 variants=None):
+        self.max_seqlen_q, self.causal, self.scale = max_seqlen_q, causal, scale
+        self.with_lse, self.variants = with_lse, variants
+
+    def launch(self, query, key, value, out, lse, bounds, sinks):
+        from cutile_fmha.steps.varlen import SequenceBounds
+
+        query_starts, _, key_starts, _ = bounds
+        rows = [t.transpose(0, 1)[None] for t in (query, key, value)]
+        o, l = reference_varlen_forward(*rows, SequenceBounds.packed(query_starts, key_starts),
+                                        self.max_seqlen_q, causal=self.causal,
+                                        scale=self.scale, with_lse=True,
+                                        variants=self.variants, sinks=sinks)
+        out.copy_(o[0].transpose(0, 1))
+        if self.with_lse:
+            lse.copy_(l[0])
 
 
 def reference_varlen_backward(q, k, v, out, lse, grad_out, bounds, max_seqlen_q, max_seqlen_k,
@@ -146,14 +169,15 @@ def reference_varlen_backward(q, k, v, out, lse, grad_out, bounds, max_seqlen_q,
 @pytest.fixture
 def kernels_on_the_cpu(monkeypatch):
     """cutile_fmha.attention's wiring (custom ops, autograd, torch.compile, the
-    transformers backend) and attention_varlen's with the kernels replaced by the
-    reference, so it runs on the CPU; the kernels themselves are checked on the GPU
+    transformers backend) and attention_varlen's (its planned launch too) with the kernels
+    replaced by the reference, so it runs on the CPU; the kernels themselves are checked on the GPU
     (test_gpu_*.py). Gives the calls made, by kind."""
     import cutile_fmha.dropin as dropin
     import cutile_fmha.varlen as varlen
 
     for module in (dropin, varlen):
         monkeypatch.setattr(module, "row_dot", reference_row_dot)
+    monkeypatch.setattr(varlen, "forward_plan", ReferenceVarlenPlan)
     return count_kernel_calls(monkeypatch, forward=reference_forward_launch,
                               variants=reference_variants_launch,
                               backward=reference_backward,
