@@ -451,6 +451,48 @@ def test_long_non_causal_backward_runs_its_queries_in_chunks(head_dim, q_len, gr
                             varlen) is None
 
 
+@pytest.mark.parametrize("group,causal,deterministic,delta_given,launches", [
+    (4, True, False, False, [("dq", True), ("dkdv", None)]),  # two kernels: dQ makes Delta
+    (4, True, False, True, [("dq", False), ("dkdv", None)]),  # ... unless the caller did
+    (4, True, True, False, [("dq", True), ("dkdv", None)]),
+    (1, False, False, False, [("row_dot", None), ("dkdv", None)]),  # "dkdv_dq": row_dot first
+    (1, False, False, True, [("dkdv", None)]),
+])
+def test_the_two_kernel_backward_makes_delta_in_its_dq_kernel(monkeypatch, group, causal,
+                                                              deterministic, delta_given,
+                                                              launches):
+    """With a stand-in for the launches (no GPU): the kernels launched in order, with dQ's
+    DELTA_FROM_OUT, and the one Delta every launch gets (Out only where dQ reads it)."""
+    from cuda import tile as ct
+
+    from cutile_fmha.steps import backward as launcher
+    from cutile_fmha.steps.family import DKDV, DQ, ROW_DOT, UNUSED_ARRAY
+
+    families = {"dq": DQ, "dkdv": DKDV, "row_dot": ROW_DOT}
+    launched, deltas = [], set()
+
+    def kernel(stream, grid, kernel, arguments):
+        name = kernel._pyfunc.__name__
+        values = dict(zip(families[name].names, arguments))
+        launched.append((name, values.get("DELTA_FROM_OUT")))
+        deltas.add(values["Delta"].data_ptr())
+        if name == "dq":
+            assert (values["Out"] is UNUSED_ARRAY) != values["DELTA_FROM_OUT"]
+
+    monkeypatch.setattr(ct, "launch", kernel)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: deterministic)
+    monkeypatch.setattr(launcher, "backward_entry_for", lambda arch: backward_entry_for("sm_90"))
+    monkeypatch.setattr(launcher, "device_facts", lambda device: ("sm_90",))
+    q, out, do = (torch.randn(1, 8, 256, 128, dtype=torch.bfloat16) for _ in range(3))
+    k, v = (torch.randn(1, 8 // group, 256, 128, dtype=torch.bfloat16) for _ in range(2))
+    delta = torch.zeros(1, 8, 256) if delta_given else None
+    launcher.attention_backward(q, k, v, out, torch.zeros(1, 8, 256), do, causal=causal,
+                                delta=delta)
+    assert launched == launches
+    assert len(deltas) == 1 and (not delta_given or deltas == {delta.data_ptr()})
+
+
 def test_chunked_backward_launches_each_chunks_rows_and_sums_dk_dv(queries_in_chunks,
                                                                     monkeypatch):
     """The launcher's side of the chunks, with a stand-in for the kernel (no GPU): each
