@@ -79,6 +79,31 @@ def reference_kvcache(query, key_cache, value_cache, cache_seqlens=None, *, cach
     return out
 
 
+def reference_decode_forward(q, key_cache, value_cache, shape, *, scale, key_starts=None,
+                             key_ends=None, block_table=None, sinks=None, **_):
+    """steps.decode.decode_forward in float64, sequence by sequence: a dense or paged cache
+    (block numbers clamped to its blocks, lengths to its capacity, as the kernel clamps
+    them), left padding, the variants aligned to each sequence's last key."""
+    if block_table is not None:  # (batch, kv_heads, blocks x block size, D), gathered
+        blocks = block_table.long().clamp(0, key_cache.shape[0] - 1)
+        key_cache, value_cache = (c[blocks].flatten(1, 2).transpose(1, 2)
+                                  for c in (key_cache, value_cache))
+    batch, _, q_len, _ = q.shape
+    capacity = key_cache.shape[2]
+    ends = [capacity] * batch if key_ends is None else key_ends.clamp(0, capacity).tolist()
+    starts = [0] * batch if key_starts is None else key_starts.clamp(0, capacity).tolist()
+    out = q.new_zeros(q.shape[:-1] + value_cache.shape[-1:])
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=torch.float32, device=q.device)
+    for b, (start, end) in enumerate(zip(starts, ends)):
+        if end > start or sinks is not None:
+            keys = slice(start, max(start, end))
+            out[b:b + 1], lse[b:b + 1] = reference_with_variants(
+                q[b:b + 1], key_cache[b:b + 1, :, keys], value_cache[b:b + 1, :, keys],
+                offset=max(end - start, 0) - q_len, causal=shape.causal, scale=scale,
+                variants=shape.asked, sinks=sinks)
+    return out, lse if shape.write_lse else None
+
+
 def _bound_lists(bounds):
     """(query starts, query ends, key starts, key ends) of SequenceBounds, as lists."""
     if bounds.cumulative:
@@ -205,6 +230,17 @@ def launched_kernels(monkeypatch) -> list:
 
     monkeypatch.setattr(ct, "launch", recorded)
     return launched
+
+
+@pytest.fixture
+def decode_on_the_cpu(monkeypatch):
+    """attention_with_kvcache's wiring (checks, shapes, the custom operator under
+    torch.compile) with the decode launches replaced by reference_decode_forward, on the
+    CPU."""
+    import cutile_fmha.kvcache as kvcache
+
+    monkeypatch.setattr(kvcache, "decode_forward", reference_decode_forward)
+    monkeypatch.setattr(kvcache, "_check_devices", lambda named: None)
 
 
 @pytest.fixture
