@@ -172,15 +172,16 @@ def launch_gradient_kernels(families: dict, tensors: dict, *, causal: bool,
     entry = entry or backward_entry_for(device_facts(q.device)[0])
     tensors = tensors | variants.scalars(q_rows=q.shape[2], k_rows=k.shape[2], causal=causal) \
         | {"dQAcc": UNUSED_ARRAY}
-    names, dq_acc, delta_from_out = ("dq", "dkdv"), None, tensors["Delta"] is None
-    if adds_dq_atomically(entry, q.shape[-1], v.shape[-1], query_group, variants,
-                          causal=causal, varlen=varlen):
+    names, dq_acc = ("dq", "dkdv"), None
+    atomic = adds_dq_atomically(entry, q.shape[-1], v.shape[-1], query_group, variants,
+                                causal=causal, varlen=varlen)
+    if atomic:
         names, dq_acc = ("dkdv_dq",), torch.zeros_like(tensors["dQ"], dtype=torch.float32)
         tensors["dQAcc"] = dq_acc
-        if delta_from_out:
-            tensors["Delta"], delta_from_out = row_dot(tensors["Out"], tensors["dO"]), False
-    elif delta_from_out:
-        tensors["Delta"] = q.new_empty(q.shape[:-1], dtype=torch.float32)
+    delta_from_out = tensors["Delta"] is None and not atomic
+    if tensors["Delta"] is None:
+        tensors["Delta"] = row_dot(tensors["Out"], tensors["dO"]) if atomic else \
+            q.new_empty(q.shape[:-1], dtype=torch.float32)  # written by dQ
     if not delta_from_out:
         tensors["Out"] = UNUSED_ARRAY
     chunk = None if dq_acc is None else query_chunk_rows(

@@ -65,33 +65,35 @@ def reference_kvcache(query, key_cache, value_cache, cache_seqlens=None, *, cach
     window = None if tuple(window_size) == (-1, -1) else \
         tuple(None if side == -1 else side for side in window_size)
     variants = Variants(window=window, softcap=softcap, sinks=sinks is not None)
-    ends = [key_cache.shape[2]] * query.shape[0] if cache_seqlens is None else cache_seqlens.tolist()
-    starts = [0] * query.shape[0] if cache_leftpad is None else cache_leftpad.tolist()
-    out = torch.zeros_like(query)
-    for b, (start, end) in enumerate(zip(starts, ends)):
-        if end > start or sinks is not None:
-            o, _ = reference_with_variants(query[b:b + 1], key_cache[b:b + 1, :, start:end],
-                                           value_cache[b:b + 1, :, start:end],
-                                           offset=end - start - query.shape[2],
-                                           causal=is_causal, scale=scale, variants=variants,
-                                           sinks=sinks)
-            out[b] = o[0]
-    return out
+    return reference_dense_cache(query, key_cache, value_cache, cache_leftpad, cache_seqlens,
+                                 causal=is_causal, scale=scale, variants=variants,
+                                 sinks=sinks)[0]
 
 
 def reference_decode_forward(q, key_cache, value_cache, shape, *, scale, key_starts=None,
                              key_ends=None, block_table=None, sinks=None, **_):
-    """steps.decode.decode_forward in float64, sequence by sequence: a dense or paged cache
-    (block numbers clamped to its blocks, lengths to its capacity, as the kernel clamps
-    them), left padding, the variants aligned to each sequence's last key."""
+    """steps.decode.decode_forward in float64: a paged cache gathered into a dense one
+    (block numbers clamped to its blocks, as the kernel clamps them), then
+    reference_dense_cache."""
     if block_table is not None:  # (batch, kv_heads, blocks x block size, D), gathered
         blocks = block_table.long().clamp(0, key_cache.shape[0] - 1)
         key_cache, value_cache = (c[blocks].flatten(1, 2).transpose(1, 2)
                                   for c in (key_cache, value_cache))
+    out, lse = reference_dense_cache(q, key_cache, value_cache, key_starts, key_ends,
+                                     causal=shape.causal, scale=scale, variants=shape.asked,
+                                     sinks=sinks)
+    return out, lse if shape.write_lse else None
+
+
+def reference_dense_cache(q, key_cache, value_cache, starts, ends, *, causal, scale, variants,
+                          sinks):
+    """(out, lse) of q against a dense cache in float64, sequence by sequence: its keys from
+    `starts` (int32 (batch,) or None: 0) to `ends` (None: the cache's length), clamped to
+    the cache, the causal mask and the variants aligned to each sequence's last key."""
     batch, _, q_len, _ = q.shape
     capacity = key_cache.shape[2]
-    ends = [capacity] * batch if key_ends is None else key_ends.clamp(0, capacity).tolist()
-    starts = [0] * batch if key_starts is None else key_starts.clamp(0, capacity).tolist()
+    ends = [capacity] * batch if ends is None else ends.clamp(0, capacity).tolist()
+    starts = [0] * batch if starts is None else starts.clamp(0, capacity).tolist()
     out = q.new_zeros(q.shape[:-1] + value_cache.shape[-1:])
     lse = torch.full(q.shape[:-1], -math.inf, dtype=torch.float32, device=q.device)
     for b, (start, end) in enumerate(zip(starts, ends)):
@@ -99,9 +101,9 @@ def reference_decode_forward(q, key_cache, value_cache, shape, *, scale, key_sta
             keys = slice(start, max(start, end))
             out[b:b + 1], lse[b:b + 1] = reference_with_variants(
                 q[b:b + 1], key_cache[b:b + 1, :, keys], value_cache[b:b + 1, :, keys],
-                offset=max(end - start, 0) - q_len, causal=shape.causal, scale=scale,
-                variants=shape.asked, sinks=sinks)
-    return out, lse if shape.write_lse else None
+                offset=max(end - start, 0) - q_len, causal=causal, scale=scale,
+                variants=variants, sinks=sinks)
+    return out, lse
 
 
 def _bound_lists(bounds):
