@@ -2,7 +2,8 @@
 (CAST_DQ) against the package's cast launch after the kernel, and cuDNN's backward, in one
 process: bf16, rotating rounds of CUDA-graph replays (cuDNN eager). First a check on
 poisoned outputs (dQ filled with NaN before the launch, so a query tile nobody cast shows),
-then the timings."""
+then the timings. CAST_DQ is not in the package: run it with cast-dq-per-turn.diff applied
+(`git apply`), as the logged run was."""
 import dataclasses
 import math
 import statistics

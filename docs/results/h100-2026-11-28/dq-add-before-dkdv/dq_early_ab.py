@@ -1,27 +1,48 @@
 """The one-kernel backward ("dkdv_dq") with each turn's dQ added before its dK and dV
-products (the working tree's kernels/backward.py) against the order before it
-(backward_before.py, the package's file at the commit before), and cuDNN's backward, in
-one process: bf16, rotating rounds of CUDA-graph replays (cuDNN eager). First the outputs
-of both on the same inputs, dQ poisoned with NaN before each launch."""
+products against the package's order, and cuDNN's backward, in one process: bf16, rotating
+rounds of CUDA-graph replays (cuDNN eager). First the outputs of both on the same inputs, dQ
+poisoned with NaN before each launch. The "dQ first" kernels are the package's
+kernels/backward.py with dq-add-before-dkdv.diff applied in memory. (The logged run had
+that diff applied to the working tree and the package's file of the commit before beside
+it: the same two sources.)"""
 import importlib.util
 import math
 import os
 import statistics
 import sys
+import tempfile
 
 import torch
 import triton.testing
 
-import cutile_fmha.kernels  # noqa: F401  (the package the old file's relative imports need)
 from cutile_fmha import attention_with_lse
+from cutile_fmha.kernels import backward as PACKAGE
 from cutile_fmha.steps.backward import BACKWARD_FAMILIES, launch_gradient_kernels
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-spec = importlib.util.spec_from_file_location(
-    "cutile_fmha.kernels.backward_before",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "backward_before.py"))
-BEFORE = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(BEFORE)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def patched_module(name: str, diff_path: str):
+    """The package's kernels/backward.py with the one hunk of `diff_path` applied, written
+    to a file (cuTile compiles a kernel from its source file) and imported as
+    cutile_fmha.kernels.<name>, whose relative imports resolve in the package."""
+    hunk = open(diff_path).read().split("\n@@")[1].split("\n", 1)[1].splitlines()
+    old = "\n".join(line[1:] for line in hunk if line[:1] in " -")
+    new = "\n".join(line[1:] for line in hunk if line[:1] in " +")
+    source = open(PACKAGE.__file__).read()
+    if source.count(old) != 1:
+        raise RuntimeError(f"{diff_path} does not apply to {PACKAGE.__file__}")
+    path = os.path.join(tempfile.mkdtemp(), f"{name}.py")
+    with open(path, "w") as file:
+        file.write(source.replace(old, new))
+    spec = importlib.util.spec_from_file_location(f"cutile_fmha.kernels.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DQ_FIRST = patched_module("backward_dq_first", os.path.join(HERE, "dq-add-before-dkdv.diff"))
 CHECKS = [(2, 4, 4, 1000, 128, True), (2, 4, 2, 1000, 128, False), (1, 4, 4, 777, 64, True)]
 SHAPES = [(4, 32, 32, 4096, 128, True), (4, 32, 32, 4096, 128, False),
           (2, 32, 32, 8192, 128, True), (4, 32, 32, 8192, 64, True)]
@@ -46,9 +67,8 @@ def inputs(b, h, hkv, n, d, causal):
 
 
 def main():
-    from cutile_fmha.kernels import backward as AFTER
     print(torch.cuda.get_device_name(), flush=True)
-    modules = {"before": BEFORE, "dQ first": AFTER}
+    modules = {"before": PACKAGE, "dQ first": DQ_FIRST}
     for b, h, hkv, n, d, causal in CHECKS + SHAPES:
         args = inputs(b, h, hkv, n, d, causal)
         old, new = (backward(*args, causal, m, poison=True) for m in modules.values())

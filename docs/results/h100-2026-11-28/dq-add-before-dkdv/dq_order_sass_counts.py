@@ -1,5 +1,7 @@
 """SASS counts of "dkdv_dq" at D=128 (compile-only, sm_90, the local tileiras); with an
-argument, also writes each SASS to /tmp (dkdv_<c|n>_<argument>.sass)."""
+argument, also writes each SASS to /tmp (dkdv_<c|n>_<argument>.sass). The package as it is
+gives sass-counts-before; with one of this folder's diffs applied (`git apply`), the
+other sass-counts files."""
 import re, collections, sys
 from cutile_fmha.steps.compile import compile_backward, resource_usage, sass
 for hd in (128,):
