@@ -5,18 +5,21 @@ with Tile IR bytecode 13.5, which it writes only with its development features o
 script turns them on (a private switch) and needs tileiras 13.5. Every kernel of the
 process is then written as bytecode 13.5 (the table's launches compile to the same sm_90
 code under 13.4 and 13.5). Outputs are checked against float64 at N=1000 (B=1, H=4) and
-against the table launch's at the timed sizes."""
+against the table launch's at the timed sizes. FlashAttention-4 is timed in the same rounds
+where flash_attn.cute is importable."""
 import dataclasses, json, statistics, subprocess, sys
 import cuda.tile._compile as tile_compile
 tile_compile.dev_features_enabled = lambda: True
 import torch, triton.testing as tt
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from cutile_fmha.assets import measure
 from cutile_fmha.steps import attention
 from cutile_fmha.platforms import entry_for
 from cutile_fmha.platforms.entry import TileShape, TunedLaunch
 
 table = entry_for("sm_90")
+fa4 = measure.flash_attention_4()
 def with_launch(d, causal, launch):
     return dataclasses.replace(table, tuned=table.tuned | {(d, causal): launch})
 print(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -52,8 +55,11 @@ for d, causal, ns, shapes in CASES:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         fns["cudnn"] = cudnn
+        if fa4 is not None:
+            fns["fa4"] = measure.fa4_forward(fa4, *measure.fa4_inputs(q, k, v), causal=causal)
         base = fns["table"]()
-        diff = {name: (fn() - base).abs().max().item() for name, fn in fns.items()}
+        diff = {name: ((fn().transpose(1, 2) if name == "fa4" else fn()) - base).abs().max().item()
+                for name, fn in fns.items()}
         times = {name: [] for name in fns}
         names = list(fns)
         for r in range(ROUNDS):
