@@ -471,6 +471,7 @@ BACKWARD_TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (32, 128), (128, 3
 BACKWARD_WORKER_WARPS = (4, 8, None)  # None: the compiler's choice
 BACKWARD_COLUMNS = [Column("head_dim", "D"), Column("kernel", "kernel"),
                     Column("tiles", "tiles"), Column("num_worker_warps", "worker warps"),
+                    Column("dq_late", "dQ one turn late"),
                     Column("causal_ms", "causal (ms)", ".3f"),
                     Column("non_causal_ms", "non-causal (ms)", ".3f"),
                     Column("geomean_ms", "geometric mean (ms)", ".3f"),
@@ -480,10 +481,13 @@ BACKWARD_COLUMNS = [Column("head_dim", "D"), Column("kernel", "kernel"),
 
 
 def backward_candidates(kernels=SEARCHED) -> list[tuple[str, BackwardLaunch]]:
-    """Every (kernel, launch) to time: each tile shape and worker-warps count, per kernel
-    (the ones the compiler refuses, or that run out of shared memory, are skipped then)."""
-    return [(kernel, BackwardLaunch(TileShape(tile_m, tile_n), warps)) for kernel in kernels
-            for tile_m, tile_n in BACKWARD_TILES for warps in BACKWARD_WORKER_WARPS]
+    """Every (kernel, launch) to time: each tile shape and worker-warps count, per kernel,
+    and for "dkdv_dq" its dQ added on time and one turn late (the ones the compiler
+    refuses, or that run out of shared memory, are skipped then)."""
+    return [(kernel, BackwardLaunch(TileShape(tile_m, tile_n), warps, dq_late=late))
+            for kernel in kernels for tile_m, tile_n in BACKWARD_TILES
+            for warps in BACKWARD_WORKER_WARPS
+            for late in ((False, True) if kernel == "dkdv_dq" else (False,))]
 
 
 def _backward_workloads(args, head_dims) -> list:
@@ -597,7 +601,8 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
         for kernel, launch in tqdm(backward_candidates(searched[head_dims]),
                                    desc=f"backward D={name}", unit="launch"):
             row = {"head_dim": label, "kernel": kernel, "tiles": describe_tiles(launch.tiles),
-                   "num_worker_warps": launch.num_worker_warps}
+                   "num_worker_warps": launch.num_worker_warps,
+                   "dq_late": launch.dq_late if kernel == "dkdv_dq" else None}
             reason = skipped[(head_dims, kernel, launch)]
             if reason is None:
                 try:
@@ -608,7 +613,7 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
                 point_rows.append(row | {"skipped": reason})
                 continue
             point_rows.append(row_of(kernel, row["tiles"], launch.num_worker_warps, causal_ms,
-                                     non_causal_ms, launch=launch))
+                                     non_causal_ms, dq_late=row["dq_late"], launch=launch))
         for kernel in searched[head_dims]:
             timed = [r for r in point_rows if r["kernel"] == kernel and "launch" in r]
             if not timed:
@@ -619,8 +624,9 @@ def search_backward(args, arch: str, save) -> tuple[dict, list[dict]]:
                 timed, "geomean_ms",
                 lambda r, kernel=kernel: statistics.geometric_mean(times(kernel, r["launch"])))
             best[(head_dims, kernel)] = fastest["launch"]
+            late = ", dQ one turn late" if fastest["dq_late"] else ""
             tqdm.write(f"D={name} {kernel}: best {fastest['tiles']}, worker warps "
-                       f"{fastest['num_worker_warps'] or 'auto'}: "
+                       f"{fastest['num_worker_warps'] or 'auto'}{late}: "
                        f"{fastest['median_geomean_ms']:.3f} ms (geometric mean; the two "
                        f"kernels at the table's launches: {point_rows[0]['geomean_ms']:.3f})")
         rows += point_rows

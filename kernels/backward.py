@@ -158,21 +158,39 @@ def add_dq(dQAcc, k, ds_t, batch, head, q_tile, qk_scale, TILE_D: ConstInt, TILE
                    column_tile)
 
 
+def add_pair_dq(dQAcc, k, k_tail, ds_t, batch, head, q_tile, qk_scale, TILE_D: ConstInt,
+                TILE_D_TAIL: ConstInt, TILE_M: ConstInt):
+    """One tile pair's dQ added to dQAcc (``add_dq``), with TILE_D_TAIL its columns past
+    TILE_D too."""
+    add_dq(dQAcc, k, ds_t, batch, head, q_tile, qk_scale, TILE_D, TILE_M)
+    if TILE_D_TAIL > 0:
+        add_dq(dQAcc, k_tail, ds_t, batch, head, q_tile, qk_scale, TILE_D_TAIL, TILE_M,
+               TILE_D // TILE_D_TAIL)
+
+
 def accumulate_dkdv(Q, dO, Lse, Delta, dQAcc, k, k_tail, v, dk, dk_tail, dv, first_q_tile,
                     end_q_tile, batch, kv_head, keys, k_len, qk_scale, qk_scale_log2,
                     query_offset, TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
                     TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
-                    ATOMIC_DQ: ConstBool, MASKED: ConstBool, SOFTCAP: ConstBool, tanh_scale,
-                    WINDOW: ConstBool, window_left, window_right):
+                    ATOMIC_DQ: ConstBool, DQ_LATE: ConstBool, MASKED: ConstBool,
+                    SOFTCAP: ConstBool, tanh_scale, WINDOW: ConstBool, window_left,
+                    window_right):
     """Query tiles first_q_tile..end_q_tile-1 of each query head of the K/V head's group
     into one key tile's dK and dV, as one flat loop over (head, query tile): a loop per
     head inside a loop over the group ran 2.8x slower with four heads to a group.
     The tiles are keys x queries (S^T = K Q^T), so P^T and dS^T go into the dV and dK
     products as they come out of the MMA, with no transpose. With TILE_D_TAIL, K's and Q's
     columns past TILE_D (k_tail) are products of their own, into dk_tail. With ATOMIC_DQ,
-    each pair's dQ is added to dQAcc (``add_dq``). Keys past the last one add nothing to
-    it: K is zero there."""
+    each pair's dQ is added to dQAcc (``add_dq``); with DQ_LATE one turn late, after the
+    next pair's dK and dV products. The compiler puts the dS^T that the dQ product reads
+    in the shared memory where the float32 dQ tile then waits for its reduction, so each
+    pair's dS^T waits until the reduction before it has read that tile: late, the wait
+    comes after the dK and dV products instead of before them. Keys past the last one add
+    nothing to dQ: K is zero there."""
     tiles_per_head = end_q_tile - first_q_tile
+    # With DQ_LATE, the pair before: its dS^T, query head and query tile.
+    last_ds_t = ct.full((TILE_N, TILE_M), 0.0, dtype=Q.dtype)
+    last_head, last_q_tile = kv_head * QUERY_GROUP, first_q_tile
     for step in range(QUERY_GROUP * tiles_per_head):
         head = kv_head * QUERY_GROUP + step // tiles_per_head
         q_tile = first_q_tile + step % tiles_per_head
@@ -193,10 +211,19 @@ def accumulate_dkdv(Q, dO, Lse, Delta, dQAcc, k, k_tail, v, dk, dk_tail, dv, fir
         if TILE_D_TAIL > 0:
             dk_tail = ct.mma(ds_t, q_tail, dk_tail)
         if ATOMIC_DQ:
-            add_dq(dQAcc, k, ds_t, batch, head, q_tile, qk_scale, TILE_D, TILE_M)
-            if TILE_D_TAIL > 0:
-                add_dq(dQAcc, k_tail, ds_t, batch, head, q_tile, qk_scale, TILE_D_TAIL, TILE_M,
-                       TILE_D // TILE_D_TAIL)
+            if DQ_LATE:
+                if step > 0:
+                    add_pair_dq(dQAcc, k, k_tail, last_ds_t, batch, last_head, last_q_tile,
+                                qk_scale, TILE_D, TILE_D_TAIL, TILE_M)
+                last_ds_t, last_head, last_q_tile = ds_t, head, q_tile
+            else:
+                add_pair_dq(dQAcc, k, k_tail, ds_t, batch, head, q_tile, qk_scale, TILE_D,
+                            TILE_D_TAIL, TILE_M)
+    if ATOMIC_DQ:
+        if DQ_LATE:  # the last pair's
+            if tiles_per_head > 0:
+                add_pair_dq(dQAcc, k, k_tail, last_ds_t, batch, last_head, last_q_tile,
+                            qk_scale, TILE_D, TILE_D_TAIL, TILE_M)
     return dk, dk_tail, dv
 
 
@@ -215,7 +242,7 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, qk_scale: float, query_offset: 
          softcap: float, window_left: int, window_right: int, TILE_D: ConstInt,
          TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
          QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool, WINDOW: ConstBool,
-         ATOMIC_DQ: ConstBool, ADD_TO_DKDV: ConstBool):
+         ATOMIC_DQ: ConstBool, ADD_TO_DKDV: ConstBool, DQ_LATE: ConstBool):
     k_tile, kv_head, batch = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # key tile 0 sees the most queries: tile by tile over heads, longest first
         k_tile, kv_head, batch = tile_major(dkdv_pair_bytes(Q.shape[2], TILE_D + TILE_D_TAIL,
@@ -223,7 +250,7 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, qk_scale: float, query_offset: 
     dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile, qk_scale,
                   query_offset, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
                   CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, ATOMIC_DQ,
-                  ADD_TO_DKDV)
+                  DQ_LATE, ADD_TO_DKDV)
 
 
 def query_tile_ranges(k_start, q_len, query_offset, TILE_M: ConstInt, TILE_N: ConstInt,
@@ -255,7 +282,8 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile
                   query_offset, TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt,
                   TILE_M: ConstInt, TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool,
                   SOFTCAP: ConstBool, softcap, WINDOW: ConstBool, window_left, window_right,
-                  ATOMIC_DQ: ConstBool, ADD_TO_DKDV: ConstBool, KEYS_BY_TMA: ConstBool = True):
+                  ATOMIC_DQ: ConstBool, DQ_LATE: ConstBool, ADD_TO_DKDV: ConstBool,
+                  KEYS_BY_TMA: ConstBool = True):
     """One key tile of one K/V head: its rows of dK and dV, from every query that sees it
     (the variable-length kernel runs it on views of one sequence), and with ATOMIC_DQ its
     share of every such query's dQ, added to dQAcc. Not KEYS_BY_TMA, the
@@ -281,7 +309,7 @@ def dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, batch, kv_head, k_tile
         k_start, q_len, query_offset, TILE_M, TILE_N, CAUSAL, WINDOW, window_left, window_right)
     inputs = (Q, dO, Lse, Delta, dQAcc, k, k_tail, v)
     where = (batch, kv_head, keys, k_len, qk_scale, qk_scale_log2, query_offset, TILE_D,
-             TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, ATOMIC_DQ)
+             TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP, CAUSAL, ATOMIC_DQ, DQ_LATE)
     variants = (SOFTCAP, tanh_scale, WINDOW, window_left, window_right)
     grads = (dk, dk_tail, dv)
     if CAUSAL or WINDOW:

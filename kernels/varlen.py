@@ -237,7 +237,7 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, QueryStarts, QueryEnds, KeyStar
          qk_scale: float, softcap: float, window_left: int, window_right: int,
          TILE_D: ConstInt, TILE_D_TAIL: ConstInt, TILE_DV: ConstInt, TILE_M: ConstInt,
          TILE_N: ConstInt, QUERY_GROUP: ConstInt, CAUSAL: ConstBool, SOFTCAP: ConstBool,
-         WINDOW: ConstBool, ATOMIC_DQ: ConstBool, ADD_TO_DKDV: ConstBool,
+         WINDOW: ConstBool, ATOMIC_DQ: ConstBool, ADD_TO_DKDV: ConstBool, DQ_LATE: ConstBool,
          CUMULATIVE_BOUNDS: ConstBool):
     k_tile, kv_head, sequence = ct.bid(0), ct.bid(1), ct.bid(2)
     if CAUSAL:  # key tile 0 sees the most queries
@@ -255,7 +255,7 @@ def dkdv(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, QueryStarts, QueryEnds, KeyStar
         dkdv_key_tile(Q, K, V, dO, Lse, Delta, dK, dV, dQAcc, 0, kv_head, k_tile, qk_scale,
                       k_len - q_len, TILE_D, TILE_D_TAIL, TILE_DV, TILE_M, TILE_N, QUERY_GROUP,
                       CAUSAL, SOFTCAP, softcap, WINDOW, window_left, window_right, ATOMIC_DQ,
-                      ADD_TO_DKDV, False)
+                      DQ_LATE, ADD_TO_DKDV, False)
     if k_tile == ct.num_blocks(0) - 1:
         for missing in range(k_tile + 1, num_k_tiles):
             store_nan(dK, kv_head, missing, TILE_N, TILE_D, TILE_D_TAIL)

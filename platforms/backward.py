@@ -44,6 +44,10 @@ class BackwardLaunch:
     # K/V head, the kernel adding their dK/dV to float32 sums (steps/backward.py's
     # query_chunk_rows). None: in one launch.
     chunk_query_rows: int | None = None
+    # "dkdv_dq" only: each pair's dQ added one turn late, after the next pair's dK and dV
+    # products (kernels/backward.py's DQ_LATE); it pays where dS^T fits the registers a
+    # turn longer (D=128's 64x128 tiles), not where it spills (D=64's 128x128).
+    dq_late: bool = False
 
 
 # What a call may have that decides whether "dkdv_dq" runs for it (BackwardLaunch.only_with).
@@ -70,7 +74,8 @@ SM_90 = BackwardEntry(
         128: {"dkdv": BackwardLaunch(TileShape(32, 128), 8),
               "dq": BackwardLaunch(TileShape(128, 64), 8),
               "dkdv_dq": BackwardLaunch(TileShape(64, 128), 8, only_with=ATOMIC_DQ_FEATURES,
-                                        up_to_query_group=2, chunk_query_rows=16384)},
+                                        up_to_query_group=4, chunk_query_rows=16384,
+                                        dq_late=True)},
         256: {"dkdv": BackwardLaunch(TileShape(64, 64), 8),
               "dq": BackwardLaunch(TileShape(128, 32), 8),
               "dkdv_dq": BackwardLaunch(TileShape(64, 64), 8, split_head_dims=frozenset({192}))},
@@ -142,7 +147,14 @@ SM_90 = BackwardEntry(
                "which keep one launch), 0.80-0.88x at 112 (H200, 2026-11-27). The sums "
                "added by the kernel (ADD_TO_DKDV, 2026-11-27): "
                "1.00x the time of adding them apart at 64k and 128k, 4 GiB less at 128k. "
-               "docs/performance.md.",
+               "dq_late at D=128 since 2026-11-28 (H100, bf16, tileiras 13.4, the whole "
+               "dkdv_dq backward against its dQ on time, 5 rounds): 0.865-0.914x the time at "
+               "B=2-4, H=32, N=4096-8192, causal and not, 0.866-0.896x with 2-4 query heads "
+               "to a K/V head; D=64 1.05-1.09x (the carried dS^T spills) and D=256 "
+               "1.01-1.03x, so off there. With it, up_to_query_group 4 (was 2): dkdv_dq "
+               "against the two kernels, causal, 0.89-0.99x with 4 query heads to a K/V head "
+               "(B=1-4, N=2048-8192), with 8 0.94x (B=1, H=64, N=8192) and 1.015x (B=4, H=32, "
+               "N=4096). docs/performance.md.",
 )
 BACKWARD_ENTRIES = {"sm_90": SM_90}
 DEFAULT_BACKWARD = BackwardEntry(SM_90.launches, "unmeasured: sm_90's launches")
@@ -154,8 +166,10 @@ def backward_record(key: tuple, launch: BackwardLaunch) -> dict:
     head_dims, kernel = key
     dims = {"head_dim": head_dims[0], "value_head_dim": head_dims[1]} \
         if isinstance(head_dims, tuple) else {"head_dim": head_dims}
+    late = {"dq_late": launch.dq_late} if kernel == "dkdv_dq" else {}
     return dims | {"kernel": kernel, "tile_m": launch.tiles.tile_m,
-                   "tile_n": launch.tiles.tile_n, "num_worker_warps": launch.num_worker_warps}
+                   "tile_n": launch.tiles.tile_n, "num_worker_warps": launch.num_worker_warps,
+                   **late}
 
 
 def _backward_launch(record: dict, where: str) -> tuple[tuple, BackwardLaunch]:
@@ -174,7 +188,8 @@ def _backward_launch(record: dict, where: str) -> tuple[tuple, BackwardLaunch]:
                          f"value_head_dim, two head dims up to {HEAD_DIMS[-1]} other than "
                          f"those) and kernel one of {SEARCHED}: {record}")
     return (head_dims, record["kernel"]), BackwardLaunch(
-        TileShape(record["tile_m"], record["tile_n"]), record["num_worker_warps"])
+        TileShape(record["tile_m"], record["tile_n"]), record["num_worker_warps"],
+        dq_late=record.get("dq_late", False))
 
 
 def head_dim_pair(head_dims) -> tuple[int, int]:
@@ -198,8 +213,8 @@ def is_exact_pair(head_dims: tuple[int, int]) -> bool:
 def with_launches(entry: BackwardEntry, launches: dict, provenance: str) -> BackwardEntry:
     """`entry` with `launches` ((head dim, kernel) -> launch, or ((D_qk, D_v), kernel) for
     an exact head-dim pair) in place of its own: for "dkdv_dq", which `entry` must have
-    there (a pair: its own or its launch head dim's), their tiles and worker warps only (the
-    calls it runs for, its softcap tiles and split head dims stay `entry`'s)."""
+    there (a pair: its own or its launch head dim's), their tiles, worker warps and dq_late
+    only (the calls it runs for, its softcap tiles and split head dims stay `entry`'s)."""
     merged = {head_dim: dict(kernels) for head_dim, kernels in entry.launches.items()}
     exact = {pair: dict(kernels) for pair, kernels in entry.exact_launches.items()}
     for (head_dims, kernel), launch in launches.items():
@@ -215,7 +230,8 @@ def with_launches(entry: BackwardEntry, launches: dict, provenance: str) -> Back
                              f"{launch} to retile")
         else:
             into[kernel] = replace(table[kernel], tiles=launch.tiles,
-                                   num_worker_warps=launch.num_worker_warps)
+                                   num_worker_warps=launch.num_worker_warps,
+                                   dq_late=launch.dq_late)
     return replace(entry, launches=merged, exact_launches=exact, provenance=provenance)
 
 

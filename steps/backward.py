@@ -88,7 +88,9 @@ def gradient_launch(entry: BackwardEntry, name: str, q_head_dim: int, v_head_dim
                                       causal=causal, variants=variants,
                                       value_head_dim=tile_head_dim(v_head_dim),
                                       head_dim_tail=tail, atomic_dq=name == "dkdv_dq",
-                                      add_to_dkdv=add_to_dkdv, delta_from_out=delta_from_out)
+                                      add_to_dkdv=add_to_dkdv,
+                                      dq_late=name == "dkdv_dq" and launch.dq_late,
+                                      delta_from_out=delta_from_out)
 
 
 def launches_for(entry: BackwardEntry, q_head_dim: int, v_head_dim: int) -> dict:

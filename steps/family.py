@@ -353,17 +353,19 @@ def attention_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1
 def backward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
                        causal: bool, variants=None, value_head_dim: int | None = None,
                        head_dim_tail: int = 0, atomic_dq: bool = False,
-                       add_to_dkdv: bool = False, delta_from_out: bool = False) -> dict:
+                       add_to_dkdv: bool = False, dq_late: bool = False,
+                       delta_from_out: bool = False) -> dict:
     """The compile-time parameters of one dK/dV or dQ launch, with the softcap and window
     of `variants` compiled in (steps/variants.py's Variants; None: neither), Q's and K's
     columns past head_dim as a tile of `head_dim_tail` (the forward's TILE_D_TAIL),
-    dK/dV's ATOMIC_DQ (`atomic_dq`) and ADD_TO_DKDV (`add_to_dkdv`), and dQ's
-    DELTA_FROM_OUT (`delta_from_out`); each family takes its own."""
+    dK/dV's ATOMIC_DQ (`atomic_dq`), ADD_TO_DKDV (`add_to_dkdv`) and DQ_LATE (`dq_late`),
+    and dQ's DELTA_FROM_OUT (`delta_from_out`); each family takes its own."""
     switches = variants.constants() if variants is not None else {}
     return attention_constants(head_dim, tiles, query_group=query_group, causal=causal,
                                value_head_dim=value_head_dim) | {"TILE_D_TAIL": head_dim_tail} | {
         name: switches.get(name, False) for name in BACKWARD_VARIANT_CONSTANTS} | {
-        "ATOMIC_DQ": atomic_dq, "ADD_TO_DKDV": add_to_dkdv, "DELTA_FROM_OUT": delta_from_out}
+        "ATOMIC_DQ": atomic_dq, "ADD_TO_DKDV": add_to_dkdv, "DQ_LATE": dq_late,
+        "DELTA_FROM_OUT": delta_from_out}
 
 
 def forward_constants(head_dim: int, tiles: TileShape, *, query_group: int = 1,
@@ -400,7 +402,8 @@ _BACKWARD_SETTINGS = _ATTENTION_SETTINGS[:2] + _VARIANT_SCALARS + _PADDED_TILES[
     + tuple(Constant(name) for name in BACKWARD_VARIANT_CONSTANTS)
 # dkdv(...): one CTA per TILE_N keys of one K/V head; dK, dV like K, V. With ATOMIC_DQ
 # it also adds each query's dQ * qk_scale to dQAcc, float32 like Q, zeroed first; with
-# ADD_TO_DKDV (last) it adds its dK and dV to the float32 ones it is handed.
+# ADD_TO_DKDV it adds its dK and dV to the float32 ones it is handed; with DQ_LATE (last)
+# each pair's dQ goes one turn late (kernels/backward.py's accumulate_dkdv).
 DKDV = KernelFamily(
     name="backward dkdv",
     parameters=_BACKWARD_INPUTS
@@ -408,7 +411,8 @@ DKDV = KernelFamily(
             for name in ("dK", "dV"))
     + (Tensor("dQAcc", 4, ct.float32, read_when="ATOMIC_DQ", head_dim_last=True,
               rows_dim=2),)
-    + _BACKWARD_SETTINGS + (Constant("ATOMIC_DQ"), Constant("ADD_TO_DKDV")),
+    + _BACKWARD_SETTINGS + tuple(Constant(name)
+                                 for name in ("ATOMIC_DQ", "ADD_TO_DKDV", "DQ_LATE")),
     grid=tiles_per_head("K", "TILE_N"),
 )
 # dq(...): one CTA per TILE_M query rows of one head; dQ like Q. With DELTA_FROM_OUT (last)

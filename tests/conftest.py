@@ -302,9 +302,16 @@ def dq_added_atomically(monkeypatch):
     """The backward with dQ added by the dK/dV kernel (ATOMIC_DQ) for every call at every
     head dim: the platform's "dkdv_dq" launches without their ``only_with`` (sm_90's at
     D=128 runs only with a softcap, a window, split columns, without the causal mask, for
-    a packed batch or with at most two query heads to a K/V head), and one on dK/dV's
+    a packed batch or with at most four query heads to a K/V head), and one on dK/dV's
     tiles where a head dim has none."""
     return _sm_90_backward_with_dkdv_dq(monkeypatch, only_with=None)
+
+
+@pytest.fixture
+def dq_added_late(monkeypatch):
+    """As ``dq_added_atomically``, with each pair's dQ added one turn late at every head dim
+    (DQ_LATE: sm_90's table has it at D=128 only)."""
+    return _sm_90_backward_with_dkdv_dq(monkeypatch, only_with=None, dq_late=True)
 
 
 @pytest.fixture

@@ -76,6 +76,13 @@ def test_gradients_with_dq_added_atomically_match_float64(dq_added_atomically, h
     check_gradients(heads, kv_heads, q_len, k_len, head_dim, dtype, causal)
 
 
+@pytest.mark.parametrize("heads,kv_heads,q_len,k_len,head_dim,dtype,causal", ATOMIC_DQ_CASES)
+def test_gradients_with_dq_added_one_turn_late_match_float64(dq_added_late, heads, kv_heads,
+                                                             q_len, k_len, head_dim, dtype,
+                                                             causal):
+    check_gradients(heads, kv_heads, q_len, k_len, head_dim, dtype, causal)
+
+
 def test_deterministic_algorithms_run_the_two_kernels(dq_added_atomically, launched_kernels):
     """Atomic adds sum dQ in the order the CTAs reach them; under
     torch.use_deterministic_algorithms the backward runs dQ (which writes Delta) and dK/dV

@@ -194,13 +194,14 @@ def test_decode_variant_branches_cost_the_plain_decode_nothing(paged, tmp_path):
 
 @pytest.mark.parametrize("name", ["dkdv", "dq"])
 def test_backward_variant_branches_cost_the_plain_backward_nothing(name, tmp_path):
-    """The backward's SOFTCAP, WINDOW, ATOMIC_DQ, ADD_TO_DKDV and DELTA_FROM_OUT off and no
-    TILE_D_TAIL (the plain two-kernel backward launches, Delta made by row_dot): the sm_90
-    machine code is that of kernels/backward.py with their branches deleted."""
+    """The backward's SOFTCAP, WINDOW, ATOMIC_DQ, ADD_TO_DKDV, DQ_LATE and DELTA_FROM_OUT off
+    and no TILE_D_TAIL (the plain two-kernel backward launches, Delta made by row_dot): the
+    sm_90 machine code is that of kernels/backward.py with their branches deleted."""
     launch = backward_entry_for("sm_90").launches[128][name]
     constants = backward_constants(128, launch.tiles, query_group=2, causal=True)
     without = module_without(backward_kernels.__file__, tmp_path, "SOFTCAP", "WINDOW",
-                             "TILE_D_TAIL", "ATOMIC_DQ", "ADD_TO_DKDV", "DELTA_FROM_OUT")
+                             "TILE_D_TAIL", "ATOMIC_DQ", "ADD_TO_DKDV", "DQ_LATE",
+                             "DELTA_FROM_OUT")
     assert sass(compile_backward(name, "sm_90", dtype="bfloat16", head_dim=128, causal=True,
                                  query_group=2, delta_from_out=False)) == \
         sass(export_cubin(backward_kernel(name, launch.num_worker_warps, without),

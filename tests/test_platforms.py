@@ -208,11 +208,17 @@ def test_tuned_dkdv_dq_retiles_the_table_s_launch_and_keeps_its_rule(tmp_path, m
     monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
     backward_entry_for.cache_clear()
     tuned.write_tuned("sm_90", CONTEXT | {"shape": "backward"},
-                      {(128, "dkdv_dq"): backward.BackwardLaunch(TileShape(128, 64), 4)}, [],
+                      {(128, "dkdv_dq"): backward.BackwardLaunch(TileShape(128, 64), 4),
+                       (64, "dkdv_dq"): backward.BackwardLaunch(TileShape(64, 128), 8,
+                                                                dq_late=True)}, [],
                       tuned.tuned_path("sm_90", backward=True), record=backward.backward_record)
-    table = backward.SM_90.launches[128]["dkdv_dq"]
-    assert backward_entry_for("sm_90").launches[128]["dkdv_dq"] == dataclasses.replace(
-        table, tiles=TileShape(128, 64), num_worker_warps=4)
+    table = backward.SM_90.launches
+    assert table[128]["dkdv_dq"].dq_late and not table[64]["dkdv_dq"].dq_late
+    tuned_launches = backward_entry_for("sm_90").launches  # dq_late is the search's too
+    assert tuned_launches[128]["dkdv_dq"] == dataclasses.replace(
+        table[128]["dkdv_dq"], tiles=TileShape(128, 64), num_worker_warps=4, dq_late=False)
+    assert tuned_launches[64]["dkdv_dq"] == dataclasses.replace(
+        table[64]["dkdv_dq"], tiles=TileShape(64, 128), dq_late=True)
     backward_entry_for.cache_clear()
     without = dataclasses.replace(backward.SM_90, launches={
         d: {k: launch for k, launch in kernels.items() if k != "dkdv_dq"}
@@ -400,19 +406,20 @@ def test_backward_launches_cover_every_head_dim_and_say_where_they_come_from():
 @pytest.mark.parametrize("q_head_dim,v_head_dim,group,variants,causal,varlen,deterministic,adds", [
     (64, 64, 8, NO_VARIANTS, True, False, False, True),     # "dkdv_dq" for every call
     (64, 64, 1, NO_VARIANTS, True, False, True, False),     # not under deterministic algorithms
-    (128, 128, 4, NO_VARIANTS, True, False, False, False),  # only with what only_with names ...
+    (128, 128, 8, NO_VARIANTS, True, False, False, False),  # only with what only_with names ...
     (128, 128, 4, NO_VARIANTS, False, False, False, True),  # (no causal mask, ...
     (128, 128, 8, NO_VARIANTS, False, False, True, False),
-    (128, 128, 4, NO_VARIANTS, True, True, False, True),    # ... a variable-length batch) ...
-    (128, 128, 2, NO_VARIANTS, True, False, False, True),   # ... or up to 2 query heads a K/V head
+    (128, 128, 8, NO_VARIANTS, True, True, False, True),    # ... a variable-length batch) ...
+    (128, 128, 4, NO_VARIANTS, True, False, False, True),   # ... or up to 4 query heads a K/V head
+    (128, 128, 2, NO_VARIANTS, True, False, False, True),
     (128, 128, 1, NO_VARIANTS, True, False, False, True),
     (128, 128, 1, NO_VARIANTS, True, False, True, False),
     (128, 128, 8, Variants(softcap=30.0), True, False, False, True),
     (128, 128, 4, Variants(window=(512, 0)), True, False, False, True),
-    (128, 128, 4, Variants(sinks=True), True, False, False, False),
+    (128, 128, 8, Variants(sinks=True), True, False, False, False),
     (96, 96, 4, NO_VARIANTS, True, False, False, True),     # split columns, 64 + 32
     (80, 80, 4, NO_VARIANTS, True, False, False, True),     # 64 + 16
-    (112, 112, 4, NO_VARIANTS, True, False, False, False),  # padded to 128, not split
+    (112, 112, 8, NO_VARIANTS, True, False, False, False),  # padded to 128, not split
     (192, 128, 4, NO_VARIANTS, True, False, False, True),   # D=256's launch, for every call
     (160, 160, 4, NO_VARIANTS, True, False, False, True),
 ])
@@ -422,7 +429,7 @@ def test_dq_is_added_atomically_where_the_launch_says(monkeypatch, q_head_dim, v
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: deterministic)
     entry = backward_entry_for("sm_90")
     assert entry.launches[128]["dkdv_dq"].only_with == ATOMIC_DQ_FEATURES
-    assert entry.launches[128]["dkdv_dq"].up_to_query_group == 2
+    assert entry.launches[128]["dkdv_dq"].up_to_query_group == 4
     assert adds_dq_atomically(entry, q_head_dim, v_head_dim, group, variants, causal=causal,
                               varlen=varlen) == adds
 
@@ -452,8 +459,8 @@ def test_long_non_causal_backward_runs_its_queries_in_chunks(head_dim, q_len, gr
 
 
 @pytest.mark.parametrize("group,causal,deterministic,delta_given,launches", [
-    (4, True, False, False, [("dq", True), ("dkdv", None)]),  # two kernels: dQ makes Delta
-    (4, True, False, True, [("dq", False), ("dkdv", None)]),  # ... unless the caller did
+    (8, True, False, False, [("dq", True), ("dkdv", None)]),  # two kernels: dQ makes Delta
+    (8, True, False, True, [("dq", False), ("dkdv", None)]),  # ... unless the caller did
     (4, True, True, False, [("dq", True), ("dkdv", None)]),
     (1, False, False, False, [("row_dot", None), ("dkdv", None)]),  # "dkdv_dq": row_dot first
     (1, False, False, True, [("dkdv", None)]),

@@ -217,13 +217,14 @@ def test_autotune_searches_the_backward_kernels_tiles_and_worker_warps():
     assert args.backward_kernels == ("dkdv", "dq", "dkdv_dq")
     candidates = autotune.backward_candidates()
     assert {kernel for kernel, _ in candidates} == {"dkdv", "dq", "dkdv_dq"}
-    assert len(candidates) == 3 * len(autotune.BACKWARD_TILES) * len(
+    # "dkdv_dq" with its dQ on time and one turn late
+    assert len(candidates) == 4 * len(autotune.BACKWARD_TILES) * len(
         autotune.BACKWARD_WORKER_WARPS)
     # every sm_90 table launch is among the candidates
-    table = {(kernel, launch.tiles, launch.num_worker_warps)
+    table = {(kernel, launch.tiles, launch.num_worker_warps, launch.dq_late)
              for kernels in backward_entry_for("sm_90").launches.values()
              for kernel, launch in kernels.items()}
-    assert table <= {(kernel, launch.tiles, launch.num_worker_warps)
+    assert table <= {(kernel, launch.tiles, launch.num_worker_warps, launch.dq_late)
                      for kernel, launch in candidates}
     args = autotune.parse_args(["--backward", "--backward-kernels", "dkdv_dq"])
     assert {kernel for kernel, _ in autotune.backward_candidates(args.backward_kernels)} == \
