@@ -45,8 +45,8 @@ class BackwardLaunch:
     # query_chunk_rows). None: in one launch.
     chunk_query_rows: int | None = None
     # "dkdv_dq" only: each pair's dQ added one turn late, after the next pair's dK and dV
-    # products (kernels/backward.py's DQ_LATE); it pays where dS^T fits the registers a
-    # turn longer (D=128's 64x128 tiles), not where it spills (D=64's 128x128).
+    # products (kernels/backward.py's DQ_LATE). It paid at D=128's 64x128 tiles; at D=64
+    # (128x128, where the carried dS^T spills, and 64x128) and D=256 it was slower.
     dq_late: bool = False
 
 
